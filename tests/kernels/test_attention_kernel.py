@@ -1,0 +1,430 @@
+"""Attention kernel against a plain-Python reference, plus its shape, empty-row and overflow rules."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+from scipy.special import logsumexp, softmax
+
+from service.kernels import (
+    AttentionShapes,
+    EmptyRowError,
+    KernelError,
+    NumericalOverflowError,
+    ShapeError,
+    attention,
+    attention_shapes,
+)
+
+FAST = settings(max_examples=50, deadline=None)
+Array = NDArray[Any]
+
+
+@dataclass
+class Reference:
+    output: Array
+    weights: Array
+    logsumexp: Array
+    empty: Array
+
+
+def reference_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    *,
+    mask: Array | None = None,
+    bias: Array | None = None,
+    causal: str | None = None,
+    scale: float | None = None,
+) -> Reference:
+    """Loops over batch, query rows and keys with math.exp; every input already has the full batch."""
+    batch, n, d_k = query.shape[:-2], query.shape[-2], query.shape[-1]
+    m, d_v = key.shape[-2], value.shape[-1]
+    scale = 1 / math.sqrt(d_k) if scale is None else scale
+    output = np.zeros((*batch, n, d_v))
+    weights = np.zeros((*batch, n, m))
+    lse = np.full((*batch, n), -math.inf)
+    empty = np.zeros((*batch, n), dtype=bool)
+    for index in np.ndindex(*batch):
+        for i in range(n):
+            scores = {}
+            for j in range(m):
+                if mask is not None and not mask[(*index, i, j)]:
+                    continue
+                if causal == "lower_right" and j > i + m - n:
+                    continue
+                if causal == "upper_left" and j > i:
+                    continue
+                dot = sum(float(query[(*index, i, t)]) * float(key[(*index, j, t)]) for t in range(d_k))
+                scores[j] = dot * scale + (0.0 if bias is None else float(bias[(*index, i, j)]))
+            if not scores:
+                empty[(*index, i)] = True
+                continue
+            top = max(scores.values())
+            exps = {j: math.exp(s - top) for j, s in scores.items()}
+            total = sum(exps.values())
+            lse[(*index, i)] = top + math.log(total)
+            for j, e in exps.items():
+                weights[(*index, i, j)] = e / total
+            for c in range(d_v):
+                output[(*index, i, c)] = sum(
+                    weights[(*index, i, j)] * value[(*index, j, c)] for j in range(m)
+                )
+    return Reference(output, weights, lse, empty)
+
+
+@st.composite
+def attention_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """Random batched shapes where each input may drop or shrink batch dims to exercise broadcasting."""
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    n, m = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    d_k, d_v = draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def lead() -> tuple[int, ...]:
+        # Each batch dim is kept, set to 1, or (leading ones only) dropped.
+        kept = batch[draw(st.integers(0, len(batch))) :] if batch else ()
+        return tuple(size if draw(st.booleans()) else 1 for size in kept)
+
+    case: dict[str, Any] = {
+        "query": rng.normal(size=(*lead(), n, d_k)) * draw(st.sampled_from([0.1, 1.0, 5.0])),
+        "key": rng.normal(size=(*lead(), m, d_k)),
+        "value": rng.normal(size=(*lead(), m, d_v)),
+    }
+    # Masks and bias may not add batch dims, so they are drawn within what query/key/value span.
+    batch = np.broadcast_shapes(*(case[name].shape[:-2] for name in ("query", "key", "value")))
+    case["batch"] = batch
+    mask_kind = draw(st.sampled_from(["none", "full", "per_key", "lead"]))
+    if mask_kind == "full":
+        case["mask"] = rng.random((*batch, n, m)) < 0.7
+    elif mask_kind == "per_key":
+        case["mask"] = rng.random(m) < 0.7
+    elif mask_kind == "lead":
+        case["mask"] = rng.random((*lead(), 1, m)) < 0.7
+    if draw(st.booleans()):
+        case["bias"] = rng.normal(size=(*lead(), n, m))
+    case["causal"] = draw(st.sampled_from([None, "lower_right", "upper_left"]))
+    case["scale"] = draw(st.sampled_from([None, 0.5, 2.0, -1.0]))
+    return case
+
+
+def full(array: Array | None, shape: tuple[int, ...]) -> Array | None:
+    return None if array is None else np.broadcast_to(array, shape)
+
+
+def run_both(case: dict[str, Any], **kwargs: Any) -> tuple[Any, Reference]:
+    causal = case["causal"]
+    result = attention(
+        case["query"],
+        case["key"],
+        case["value"],
+        mask=case.get("mask"),
+        bias=case.get("bias"),
+        causal=causal is not None,
+        causal_alignment=causal or "lower_right",
+        scale=case["scale"],
+        empty_rows="zero",
+        **kwargs,
+    )
+    batch = case["batch"]
+    n, d_k = case["query"].shape[-2:]
+    m, d_v = case["value"].shape[-2:]
+    reference = reference_attention(
+        np.broadcast_to(case["query"], (*batch, n, d_k)),
+        np.broadcast_to(case["key"], (*batch, m, d_k)),
+        np.broadcast_to(case["value"], (*batch, m, d_v)),
+        mask=full(case.get("mask"), (*batch, n, m)),
+        bias=full(case.get("bias"), (*batch, n, m)),
+        causal=causal,
+        scale=case["scale"],
+    )
+    return result, reference
+
+
+@FAST
+@given(attention_cases())
+def test_matches_loop_reference(case: dict[str, Any]) -> None:
+    result, reference = run_both(case, return_weights=True, return_scores=True, return_logsumexp=True)
+    np.testing.assert_allclose(result.output, reference.output, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.weights, reference.weights, rtol=1e-12, atol=1e-14)
+    np.testing.assert_array_equal(result.logsumexp == -np.inf, reference.empty)
+    visible_rows = ~reference.empty
+    np.testing.assert_allclose(result.logsumexp[visible_rows], reference.logsumexp[visible_rows], rtol=1e-12)
+    # Hidden entries: weight exactly 0 and score -inf; visible rows sum to 1; empty rows are all zero.
+    hidden = result.scores == -np.inf
+    assert (result.weights[hidden] == 0).all()
+    np.testing.assert_allclose(result.weights.sum(axis=-1)[visible_rows], 1.0, rtol=1e-12)
+    assert (result.weights[reference.empty] == 0).all()
+    assert (result.output[reference.empty] == 0).all()
+    expected_rows = [list(index) for index in np.argwhere(reference.empty)]
+    assert result.empty_rows == expected_rows
+
+
+@FAST
+@given(attention_cases())
+def test_scores_and_logsumexp_agree_with_scipy(case: dict[str, Any]) -> None:
+    result, reference = run_both(case, return_weights=True, return_scores=True, return_logsumexp=True)
+    scores = result.scores
+    rows = ~reference.empty
+    with np.errstate(invalid="ignore"):  # empty rows are all -inf; only visible rows are compared
+        expected_weights = softmax(scores, axis=-1)
+        expected_lse = logsumexp(scores, axis=-1)
+    np.testing.assert_allclose(result.weights[rows], expected_weights[rows], rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(result.logsumexp[rows], expected_lse[rows], rtol=1e-12)
+    np.testing.assert_allclose(
+        result.output, result.weights @ np.asarray(case["value"]), rtol=1e-12, atol=1e-12
+    )
+
+
+@FAST
+@given(attention_cases(), st.integers(1, 8))
+def test_blocked_equals_unblocked(case: dict[str, Any], block_rows: int) -> None:
+    whole, _ = run_both(case, return_logsumexp=True, block_rows=10**6)
+    blocked, _ = run_both(case, return_logsumexp=True, block_rows=block_rows)
+    automatic, _ = run_both(case, return_logsumexp=True)
+    for result in (blocked, automatic):
+        np.testing.assert_allclose(result.output, whole.output, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(result.logsumexp, whole.logsumexp, rtol=1e-12)
+        assert result.empty_rows == whole.empty_rows
+    # Blocks may also fill requested weights.
+    with_weights, _ = run_both(case, return_weights=True, block_rows=block_rows)
+    np.testing.assert_allclose(with_weights.output, whole.output, rtol=1e-12, atol=1e-15)
+
+
+@FAST
+@given(attention_cases())
+def test_float32_is_close_to_float64(case: dict[str, Any]) -> None:
+    double, _ = run_both(case, return_weights=True, return_logsumexp=True)
+    single, _ = run_both(case, return_weights=True, return_logsumexp=True, dtype=np.float32)
+    assert single.output.dtype == np.float32
+    assert single.weights.dtype == np.float32
+    assert single.logsumexp.dtype == np.float32
+    np.testing.assert_allclose(single.output, double.output, rtol=1e-5, atol=2e-5)
+    np.testing.assert_allclose(single.weights, double.weights, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(single.logsumexp, double.logsumexp, rtol=1e-5, atol=1e-5)
+
+
+def test_worked_examples() -> None:
+    keys = [[1.0, 0.0], [0.0, 1.0]]
+    first = attention([0, 1], keys, [[6, 0], [0, 3]], return_weights=True)
+    np.testing.assert_allclose(first.weights, [0.3302, 0.6698], atol=5e-5)
+    np.testing.assert_allclose(first.output, [1.9814, 2.0093], atol=5e-5)
+    e = math.exp(1 / math.sqrt(2))
+    np.testing.assert_allclose(first.weights, [1 / (1 + e), e / (1 + e)], rtol=1e-15)
+    assert first.output.shape == (2,)
+    assert first.scale == 1 / math.sqrt(2)
+
+    second = attention([1, 0], keys, [[2, 0], [0, 4]])
+    np.testing.assert_allclose(second.output, [1.3395, 1.3210], atol=5e-5)
+    masked = attention([1, 0], keys, [[2, 0], [0, 4]], mask=[True, False])
+    assert masked.output.tolist() == [2.0, 0.0]
+
+
+def test_single_query_drops_the_row_axis() -> None:
+    rng = np.random.default_rng(1)
+    query, key, value = rng.normal(size=(3, 4)), rng.normal(size=(3, 5, 4)), rng.normal(size=(3, 5, 2))
+    mask = np.array([[True, False, True, True, True]] * 3)
+    bias = rng.normal(size=(3, 5))
+    single = attention(
+        query[0],
+        key,
+        value,
+        mask=mask,
+        bias=bias,
+        return_weights=True,
+        return_scores=True,
+        return_logsumexp=True,
+    )
+    rows = attention(
+        query[0][np.newaxis],
+        key,
+        value,
+        mask=mask[:, np.newaxis],
+        bias=bias[:, np.newaxis],
+        return_weights=True,
+        return_scores=True,
+        return_logsumexp=True,
+    )
+    assert single.output.shape == (3, 2)
+    assert single.weights.shape == single.scores.shape == (3, 5)
+    assert single.logsumexp.shape == (3,)
+    np.testing.assert_array_equal(single.output, rows.output[:, 0])
+    np.testing.assert_array_equal(single.weights, rows.weights[:, 0])
+    np.testing.assert_array_equal(single.scores, rows.scores[:, 0])
+    assert (single.weights[:, 1] == 0).all()
+
+
+def test_single_query_empty_row_indexes_the_batch_only() -> None:
+    mask = [[True, True], [False, False]]
+    with pytest.raises(EmptyRowError) as raised:
+        attention([1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), mask=mask)
+    assert raised.value.rows == [[1]]
+    assert raised.value.field == "mask"
+    result = attention([1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), mask=mask, empty_rows="zero")
+    assert result.empty_rows == [[1]]
+    assert result.output.tolist() == [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
+    with pytest.raises(EmptyRowError) as raised:
+        attention([1.0, 0.0], np.ones((2, 2)), np.ones((2, 3)), mask=[False, False])
+    assert raised.value.rows == [[]]
+
+
+def test_empty_rows_error_lists_every_row() -> None:
+    mask = np.ones((2, 3, 4), dtype=bool)
+    mask[0, 1] = False
+    mask[1, 2] = False
+    with pytest.raises(EmptyRowError) as raised:
+        attention(np.ones((2, 3, 2)), np.ones((4, 2)), np.ones((4, 2)), mask=mask)
+    assert raised.value.rows == [[0, 1], [1, 2]]
+    assert raised.value.field == "mask"
+    assert "[0, 1]" in raised.value.message
+    assert "[1, 2]" in raised.value.message
+    assert "no visible key" in raised.value.message
+
+
+def test_lower_right_causal_with_more_queries_than_keys_leaves_first_rows_empty() -> None:
+    rng = np.random.default_rng(2)
+    query, key, value = rng.normal(size=(5, 3)), rng.normal(size=(3, 3)), rng.normal(size=(3, 2))
+    with pytest.raises(EmptyRowError) as raised:
+        attention(query, key, value, causal=True)
+    assert raised.value.rows == [[0], [1]]
+    assert "[0]" in raised.value.message
+    result = attention(query, key, value, causal=True, empty_rows="zero", return_weights=True)
+    assert result.empty_rows == [[0], [1]]
+    assert (result.output[:2] == 0).all()
+    # Row 2 sees key 0 only; the last row sees every key.
+    np.testing.assert_array_equal(result.weights[2], [1.0, 0.0, 0.0])
+    upper_left = attention(query, key, value, causal=True, causal_alignment="upper_left", return_weights=True)
+    assert upper_left.empty_rows == []
+    np.testing.assert_array_equal(upper_left.weights[0], [1.0, 0.0, 0.0])
+
+
+def test_zero_keys_make_every_row_empty() -> None:
+    result = attention(
+        np.ones((2, 3)), np.ones((0, 3)), np.ones((0, 4)), empty_rows="zero", return_logsumexp=True
+    )
+    assert result.output.tolist() == [[0.0] * 4] * 2
+    assert result.logsumexp.tolist() == [-math.inf, -math.inf]
+    assert result.empty_rows == [[0], [1]]
+
+
+def test_large_but_finite_scores_stay_stable() -> None:
+    # Scores of about ±1e150 overflow a naive exp but not the max-shifted one.
+    result = attention([[1e75, 0.0]], [[1e75, 0.0], [-1e75, 0.0]], [[1.0], [2.0]], return_weights=True)
+    assert result.weights.tolist() == [[1.0, 0.0]]
+    assert result.output.tolist() == [[1.0]]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "options", "field"),
+    [
+        (([[1e200, 0.0]], [[1e200, 0.0]], [[1.0]]), {}, "query"),
+        (([[1.0, 0.0]], [[1.0, 0.0]], [[1e39]]), {"dtype": np.float32}, "value"),
+        (([[1.0, 0.0]], [[1e39, 0.0]], [[1.0]]), {"dtype": np.float32}, "key"),
+        (([[1.0, 0.0]], [[1.0, 0.0]], [[1.0]]), {"dtype": np.float32, "bias": [[1e39]]}, "bias"),
+        (([[1.0, 0.0]], [[1.0, 0.0], [2.0, 0.0]], [[1.0], [math.inf]]), {}, "value"),
+    ],
+)
+def test_overflow_raises(inputs: tuple[Any, Any, Any], options: dict[str, Any], field: str) -> None:
+    with pytest.raises(NumericalOverflowError) as raised:
+        attention(*inputs, **options)
+    assert raised.value.field == field
+    assert "overflow" in raised.value.message
+    assert "smaller" in raised.value.message
+
+
+def test_values_near_the_float_limit_do_not_overflow() -> None:
+    result = attention([[1.0, 0.0]], [[1.0, 0.0], [2.0, 0.0]], [[1.5e308], [1.7e308]])
+    assert 1.5e308 < result.output[0, 0] < 1.7e308
+
+
+def test_overflow_in_a_hidden_key_is_ignored() -> None:
+    result = attention(
+        [[1.0, 0.0]], [[1.0, 0.0], [1e39, 0.0]], [[3.0], [1.0]], mask=[True, False], dtype=np.float32
+    )
+    assert result.output.tolist() == [[3.0]]
+
+
+@pytest.mark.parametrize(
+    ("query", "key", "value", "extra", "field", "mentions"),
+    [
+        ((2, 2), (4, 3), (4, 5), {}, "key", ["d_k=3", "d_k=2", "[2, 2]", "[4, 3]"]),
+        ((2, 3), (4, 3), (5, 2), {}, "value", ["m=5", "m=4", "[4, 3]", "[5, 2]"]),
+        ((2, 2, 3), (3, 4, 3), (4, 2), {}, "key", ["[2, 2, 3]", "[3, 4, 3]"]),
+        ((2, 2, 3), (4, 3), (3, 4, 2), {}, "value", ["[2, 2, 3]", "[3, 4, 2]"]),
+        ((2, 3), (4, 3), (4, 2), {"mask_shape": (3,)}, "mask", ["[3]", "[2, 4]"]),
+        ((2, 3), (4, 3), (4, 2), {"mask_shape": (3, 2, 4)}, "mask", ["[3, 2, 4]", "[2, 4]"]),
+        ((2, 2, 3), (4, 3), (4, 2), {"bias_shape": (2, 3, 4)}, "bias", ["[2, 3, 4]", "[2, 2, 4]"]),
+        ((3,), (2, 4, 3), (4, 2), {"mask_shape": (2, 1, 4)}, "mask", ["[2, 1, 4]", "[2, 4]"]),
+        ((), (4, 3), (4, 2), {}, "query", ["scalar"]),
+        ((2, 3), (3,), (4, 2), {}, "key", ["[3]"]),
+        ((2, 3), (4, 3), (4,), {}, "value", ["[4]"]),
+        ((2, 0), (4, 0), (4, 2), {}, "query", ["d_k=0"]),
+    ],
+)
+def test_shape_errors_name_the_field_and_shapes(
+    query: tuple[int, ...],
+    key: tuple[int, ...],
+    value: tuple[int, ...],
+    extra: dict[str, tuple[int, ...]],
+    field: str,
+    mentions: list[str],
+) -> None:
+    with pytest.raises(ShapeError) as raised:
+        attention_shapes(query, key, value, **extra)
+    assert raised.value.field == field
+    for text in mentions:
+        assert text in raised.value.message
+    # The kernel itself raises the same error.
+    arrays = {name: np.zeros(shape, dtype=bool) for name, shape in extra.items()}
+    with pytest.raises(ShapeError) as from_kernel:
+        attention(
+            np.zeros(query),
+            np.zeros(key),
+            np.zeros(value),
+            mask=arrays.get("mask_shape"),
+            bias=None if "bias_shape" not in arrays else arrays["bias_shape"].astype(float),
+        )
+    assert from_kernel.value.field == field
+    assert from_kernel.value.message == raised.value.message
+
+
+def test_shapes_describe_the_call() -> None:
+    shapes = attention_shapes((2, 3, 5, 8), (3, 7, 8), (1, 7, 4), mask_shape=(7,), bias_shape=(5, 7))
+    assert shapes == AttentionShapes(batch=(2, 3), n=5, m=7, d_k=8, d_v=4, single_query=False)
+    assert shapes.scores_elements == 2 * 3 * 5 * 7
+    assert shapes.output_shape == (2, 3, 5, 4)
+    assert shapes.weights_shape == (2, 3, 5, 7)
+    single = attention_shapes((8,), (3, 7, 8), (7, 4))
+    assert single.output_shape == (3, 4)
+    assert single.weights_shape == (3, 7)
+    assert single.scores_elements == 3 * 7
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"scale": math.inf}, "scale"),
+        ({"block_rows": 0}, "block_rows"),
+        ({"empty_rows": "skip"}, "empty_rows"),
+        ({"causal_alignment": "diagonal"}, "causal_alignment"),
+        ({"dtype": np.int32}, "dtype"),
+        ({"mask": [0.5, 1.0]}, "mask"),
+    ],
+)
+def test_invalid_options_raise_kernel_error(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(KernelError) as raised:
+        attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]], **options)
+    assert raised.value.field == field
+
+
+def test_integer_mask_is_accepted() -> None:
+    as_int = attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]], mask=[1, 0])
+    assert as_int.output.tolist() == [[1.0]]

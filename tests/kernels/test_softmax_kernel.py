@@ -1,0 +1,283 @@
+"""Softmax kernel against scipy and a plain-Python reference of masking, temperature, top-k and top-p."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from numpy.typing import NDArray
+from scipy.special import log_softmax as scipy_log_softmax
+from scipy.special import softmax as scipy_softmax
+
+from service.kernels import (
+    EmptyRowError,
+    KernelError,
+    NumericalOverflowError,
+    ShapeError,
+    log_softmax,
+    softmax,
+)
+from service.kernels.softmax import softmax_shapes
+
+FAST = settings(max_examples=50, deadline=None)
+Array = NDArray[Any]
+
+
+def reference_row(
+    logits: list[float],
+    *,
+    visible: list[bool],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+) -> tuple[list[float], list[bool]]:
+    """One row, step by step: mask → temperature → top_k → top_p → renormalize. Returns (probs, kept)."""
+    indices = [i for i in range(len(logits)) if visible[i]]
+    if temperature == 0:
+        best = max(logits[i] for i in indices)
+        kept = {i for i in indices if logits[i] == best}
+    else:
+        kept = set(indices)
+    if top_k is not None and top_k < len(indices):
+        kth = sorted((logits[i] for i in indices), reverse=True)[top_k - 1]
+        kept = {i for i in kept if logits[i] >= kth}
+
+    def distribution(members: set[int]) -> dict[int, float]:
+        if temperature == 0:
+            return {i: 1 / len(members) for i in members}
+        top = max(logits[i] for i in members)
+        exps = {i: math.exp((logits[i] - top) / temperature) for i in members}
+        total = sum(exps.values())
+        return {i: e / total for i, e in exps.items()}
+
+    if top_p is not None:
+        probs = distribution(kept)
+        order = sorted(kept, key=lambda i: (-probs[i], i))
+        nucleus: set[int] = set()
+        mass = 0.0
+        for i in order:
+            nucleus.add(i)
+            mass += probs[i]
+            if mass >= top_p:
+                break
+        kept = nucleus
+    final = distribution(kept)
+    return [final.get(i, 0.0) for i in range(len(logits))], [i in kept for i in range(len(logits))]
+
+
+def nucleus_is_ambiguous(
+    row: list[float], visible: list[bool], temperature: float, top_k: int | None, top_p: float
+) -> bool:
+    """True when a cumulative probability is within rounding of top_p, where either answer is right."""
+    probs, kept = reference_row(row, visible=visible, temperature=temperature, top_k=top_k, top_p=None)
+    ordered = sorted((p for p, k in zip(probs, kept, strict=True) if k), reverse=True)
+    return any(abs(sum(ordered[: i + 1]) - top_p) < 1e-9 for i in range(len(ordered)))
+
+
+@st.composite
+def logits_cases(draw: st.DrawFn) -> dict[str, Any]:
+    shape = (*draw(st.lists(st.integers(1, 3), max_size=2)), draw(st.integers(1, 8)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    # Rounded logits make ties (top-k boundaries, greedy splits) common.
+    logits = np.round(
+        rng.normal(size=shape) * draw(st.sampled_from([0.5, 3.0, 30.0])), draw(st.integers(0, 3))
+    )
+    mask = None
+    if draw(st.booleans()):
+        mask = rng.random(shape) < 0.6
+        mask[..., rng.integers(shape[-1])] = True  # at least one visible entry per row
+    return {
+        "logits": logits,
+        "mask": mask,
+        "temperature": draw(st.sampled_from([1.0, 0.5, 2.0, 0.01, 0.0, 7.0])),
+        "top_k": draw(st.none() | st.integers(1, 9)),
+        "top_p": draw(st.none() | st.sampled_from([1.0, 0.5, 0.9]) | st.floats(0.01, 1.0)),
+    }
+
+
+@FAST
+@given(logits_cases())
+def test_matches_loop_reference(case: dict[str, Any]) -> None:
+    logits, mask = case["logits"], case["mask"]
+    visible = np.ones(logits.shape, dtype=bool) if mask is None else mask
+    options = {key: case[key] for key in ("temperature", "top_k", "top_p")}
+    rows = [index for index in np.ndindex(*logits.shape[:-1])]
+    if case["top_p"] is not None:
+        for index in rows:
+            assume(not nucleus_is_ambiguous(list(logits[index]), list(visible[index]), **options))
+    result = softmax(logits, mask=mask, **options)
+    for index in rows:
+        probs, kept = reference_row(list(logits[index]), visible=list(visible[index]), **options)
+        np.testing.assert_allclose(result.probabilities[index], probs, rtol=1e-12, atol=1e-300)
+        np.testing.assert_array_equal(result.log_probabilities[index] == -np.inf, [not k for k in kept])
+        positive = [p > 0 for p in probs]
+        np.testing.assert_allclose(
+            result.log_probabilities[index][positive],
+            np.log(np.array(probs)[positive]),
+            rtol=1e-12,
+            atol=1e-12,
+        )
+        entropy = -sum(p * math.log(p) for p in probs if p > 0)
+        np.testing.assert_allclose(result.entropy[index], entropy, rtol=1e-12, atol=1e-12)
+        assert result.argmax[index] == max(range(len(probs)), key=lambda i: (probs[i], -i))
+    assert result.argmax.dtype == np.int64
+    assert result.temperature == case["temperature"]
+    np.testing.assert_allclose(result.probabilities.sum(axis=-1), 1.0, rtol=1e-12)
+    assert (result.probabilities[~visible] == 0).all()
+
+
+@FAST
+@given(logits_cases())
+def test_plain_softmax_agrees_with_scipy(case: dict[str, Any]) -> None:
+    logits, temperature = case["logits"], case["temperature"]
+    assume(temperature > 0)
+    result = softmax(logits, temperature=temperature)
+    np.testing.assert_allclose(result.probabilities, scipy_softmax(logits / temperature, axis=-1), rtol=1e-12)
+    expected_log = scipy_log_softmax(logits / temperature, axis=-1)
+    np.testing.assert_allclose(result.log_probabilities, expected_log, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        log_softmax(logits, temperature=temperature), expected_log, rtol=1e-12, atol=1e-12
+    )
+
+
+@FAST
+@given(logits_cases(), st.floats(-1e3, 1e3))
+def test_shift_invariance(case: dict[str, Any], offset: float) -> None:
+    logits = case["logits"]
+    options = {key: case[key] for key in ("temperature", "top_k")}
+    plain = softmax(logits, mask=case["mask"], **options)
+    shifted = softmax(logits + offset, mask=case["mask"], **options)
+    np.testing.assert_allclose(shifted.probabilities, plain.probabilities, rtol=1e-9, atol=1e-12)
+
+
+@FAST
+@given(logits_cases())
+def test_float32_is_close_to_float64(case: dict[str, Any]) -> None:
+    options = {key: case[key] for key in ("temperature", "top_k")}
+    double = softmax(case["logits"], mask=case["mask"], **options)
+    single = softmax(case["logits"].astype(np.float32), mask=case["mask"], dtype=np.float32, **options)
+    assert single.probabilities.dtype == single.log_probabilities.dtype == single.entropy.dtype == np.float32
+    np.testing.assert_allclose(single.probabilities, double.probabilities, rtol=1e-5, atol=1e-6)
+
+
+def test_temperature_to_zero_approaches_greedy() -> None:
+    logits = np.array([[1.0, 3.0, 2.0, 3.0], [0.5, -1.0, 0.25, 0.0]])
+    greedy = softmax(logits, temperature=0.0)
+    np.testing.assert_array_equal(greedy.probabilities, [[0, 0.5, 0, 0.5], [1, 0, 0, 0]])
+    assert greedy.argmax.tolist() == [1, 0]
+    np.testing.assert_allclose(greedy.entropy, [math.log(2), 0.0])
+    np.testing.assert_array_equal(greedy.log_probabilities[1], [0, -np.inf, -np.inf, -np.inf])
+    previous_gap = math.inf
+    for temperature in (1.0, 0.1, 0.01, 1e-4):
+        gap = np.abs(softmax(logits, temperature=temperature).probabilities - greedy.probabilities).max()
+        assert gap < previous_gap
+        previous_gap = gap
+    # Tiny temperatures must not overflow: the limit is reached, not NaN.
+    np.testing.assert_array_equal(softmax(logits, temperature=1e-300).probabilities, greedy.probabilities)
+
+
+def test_log_softmax_is_exact_for_large_gaps() -> None:
+    assert log_softmax([1000.0, 1.0]).tolist() == [0.0, -999.0]
+    assert softmax([1000.0, 1.0]).log_probabilities.tolist() == [0.0, -999.0]
+    assert log_softmax([[1.0, 1000.0]], axis=-1).tolist() == [[-999.0, 0.0]]
+    assert log_softmax([[1000.0], [1.0]], axis=0).tolist() == [[0.0], [-999.0]]
+
+
+def test_top_k_keeps_ties_at_the_boundary() -> None:
+    result = softmax([3.0, 1.0, 2.0, 2.0, 0.0], top_k=2)
+    kept = result.probabilities > 0
+    assert kept.tolist() == [True, False, True, True, False]
+    np.testing.assert_allclose(result.probabilities[kept], scipy_softmax([3.0, 2.0, 2.0]), rtol=1e-15)
+    assert softmax([3.0, 1.0], top_k=5).probabilities.tolist() == softmax([3.0, 1.0]).probabilities.tolist()
+
+
+def test_top_k_counts_visible_entries_only() -> None:
+    result = softmax([5.0, 1.0, 2.0, 3.0], mask=[False, True, True, True], top_k=2)
+    assert (result.probabilities > 0).tolist() == [False, False, True, True]
+
+
+def test_top_p_keeps_the_smallest_nucleus() -> None:
+    probabilities = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = np.log(probabilities)
+    assert (softmax(logits, top_p=0.6).probabilities > 0).tolist() == [True, True, False, False]
+    assert (softmax(logits, top_p=0.4).probabilities > 0).tolist() == [True, False, False, False]
+    assert (softmax(logits, top_p=1.0).probabilities > 0).all()
+    nucleus = softmax(logits, top_p=0.9).probabilities
+    np.testing.assert_allclose(nucleus, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0], rtol=1e-12)
+    # Equal probabilities: the first index wins, and at least one entry is always kept.
+    assert (softmax([1.0, 1.0, 1.0], top_p=0.01).probabilities > 0).tolist() == [True, False, False]
+    assert (softmax([1.0, 1.0, 1.0, 1.0], temperature=0.0, top_p=0.5).probabilities > 0).tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_mask_excludes_entries() -> None:
+    result = softmax([[1.0, 2.0, 3.0]], mask=[True, False, True])
+    visible = scipy_softmax([1.0, 3.0])
+    np.testing.assert_allclose(result.probabilities, [[visible[0], 0.0, visible[1]]], rtol=1e-15)
+    assert result.probabilities[0, 1] == 0
+    assert result.log_probabilities[0, 1] == -np.inf
+
+
+def test_all_hidden_row_raises_empty_row_error() -> None:
+    mask = np.array([[[True, False], [False, False]], [[False, False], [True, True]]])
+    with pytest.raises(EmptyRowError) as raised:
+        softmax(np.zeros((2, 2, 2)), mask=mask)
+    assert raised.value.rows == [[0, 1], [1, 0]]
+    assert raised.value.field == "mask"
+    assert "[0, 1]" in raised.value.message
+    with pytest.raises(EmptyRowError) as single:
+        softmax([1.0, 2.0], mask=[False, False])
+    assert single.value.rows == [[]]
+
+
+@pytest.mark.parametrize(
+    ("logits", "options", "error", "field"),
+    [
+        ([1e39, 1.0], {"dtype": np.float32}, NumericalOverflowError, "logits"),
+        ([math.inf, 1.0], {}, NumericalOverflowError, "logits"),
+        ([1.0, 2.0], {"temperature": -1.0}, KernelError, "temperature"),
+        ([1.0, 2.0], {"top_k": 0}, KernelError, "top_k"),
+        ([1.0, 2.0], {"top_k": True}, KernelError, "top_k"),
+        ([1.0, 2.0], {"top_p": 0.0}, KernelError, "top_p"),
+        ([1.0, 2.0], {"top_p": 1.5}, KernelError, "top_p"),
+        ([1.0, 2.0], {"mask": [True, False, True]}, ShapeError, "mask"),
+        ([], {}, ShapeError, "logits"),
+        (1.0, {}, ShapeError, "logits"),
+    ],
+)
+def test_invalid_inputs(logits: Any, options: dict[str, Any], error: type[Exception], field: str) -> None:
+    with pytest.raises(error) as raised:
+        softmax(logits, **options)
+    assert getattr(raised.value, "field", None) == field
+
+
+def test_hidden_overflow_is_ignored() -> None:
+    result = softmax([1e39, 1.0, 1.0], mask=[False, True, True], dtype=np.float32)
+    np.testing.assert_allclose(result.probabilities, [0.0, 0.5, 0.5])
+
+
+def test_log_softmax_validates_inputs() -> None:
+    with pytest.raises(NumericalOverflowError) as overflow:
+        log_softmax([1.0, 2.0], temperature=1e-310)
+    assert overflow.value.field == "logits"
+    with pytest.raises(KernelError) as zero:
+        log_softmax([1.0, 2.0], temperature=0.0)
+    assert zero.value.field == "temperature"
+    assert log_softmax(np.zeros((2, 0))).shape == (2, 0)
+
+
+def test_softmax_shapes() -> None:
+    assert softmax_shapes((2, 3, 5), mask_shape=(3, 1)) == (2, 3, 5)
+    with pytest.raises(ShapeError) as raised:
+        softmax_shapes((2, 5), mask_shape=(3, 5))
+    assert raised.value.field == "mask"
+    assert "[3, 5]" in raised.value.message
+    assert "[2, 5]" in raised.value.message
