@@ -1,0 +1,46 @@
+# One command each for a fresh machine: `make run` serves the API, `make test` runs the tests.
+# Both build .venv from the lock files by themselves; a lock file change rebuilds it.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+RUNTIME_STAMP := $(VENV)/.runtime-installed
+DEV_STAMP     := $(VENV)/.dev-installed
+
+.PHONY: run test lint typecheck check openapi clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
+
+$(RUNTIME_STAMP): requirements.lock | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -r requirements.lock
+	touch $@
+
+$(DEV_STAMP): requirements-dev.lock $(RUNTIME_STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-dev.lock
+	touch $@
+
+run: $(RUNTIME_STAMP)  ## serve the API with gunicorn on $(HOST):$(PORT)
+	HOST=$(HOST) PORT=$(PORT) $(BIN)/gunicorn --config gunicorn.conf.py "service:create_app()"
+
+test: $(DEV_STAMP)  ## the test suite
+	$(BIN)/python -m pytest
+
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check service tests
+	$(BIN)/ruff format --check service tests
+
+typecheck: $(DEV_STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas
+	$(BIN)/python -m service.contract > openapi.yaml
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,34 @@
+"""The attention service: masked attention, softmax with temperature and log-likelihood over HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+from service.settings import Settings
+from service.web.json_provider import OrjsonProvider
+from service.web.problems import register_error_handlers
+from service.web.spec import SPEC_CONFIG, Api
+
+
+def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+    """Build the app: settings from the environment, then ``config`` on top (tests pass overrides here)."""
+    app = Flask(__name__)
+    app.json = OrjsonProvider(app)
+    app.config.update(Settings.from_env().as_flask_config())
+    app.config.update(SPEC_CONFIG)
+    if config is not None:
+        app.config.update(config)
+
+    from service.api import attention, likelihood, meta, softmax
+
+    api = Api(app)
+    app.extensions["attention_api"] = api
+    register_error_handlers(app)  # after Api, which installs its own JSON error handler
+    api.register_blueprint(attention.blp)
+    api.register_blueprint(softmax.blp)
+    api.register_blueprint(likelihood.blp)
+    api.register_blueprint(meta.blp)
+    return app

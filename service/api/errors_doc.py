@@ -1,0 +1,25 @@
+"""The error responses every compute endpoint documents."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from service.web.blueprint import Blueprint
+
+COMPUTE_ERRORS = {
+    400: "BAD_REQUEST",
+    413: "REQUEST_ENTITY_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+}
+
+
+def document_compute_errors(blp: Blueprint) -> Callable[[Any], Any]:
+    """Decorator adding the 400/413/415 problem+json responses (422 comes from ``@blp.arguments``)."""
+
+    def decorate(view: Any) -> Any:
+        for status, name in COMPUTE_ERRORS.items():
+            view = blp.alt_response(status, name)(view)
+        return view
+
+    return decorate

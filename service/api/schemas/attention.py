@@ -1,0 +1,110 @@
+"""POST /v1/attention: request and response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, post_load, validate
+
+from service.api.schemas.common import IncludeList, precision_field
+from service.kernels import ShapeError, attention_shapes
+from service.web.arrays import Array
+from service.web.fields import StrictBoolean, StrictFloat
+
+ATTENTION_INCLUDES = ["weights", "scores", "logsumexp"]
+
+
+class AttentionRequestSchema(Schema):
+    query = Array(
+        required=True,
+        shape="[..., n, d_k]",
+        metadata={"description": "Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query."},
+    )
+    key = Array(
+        min_rank=2, required=True, shape="[..., m, d_k]", metadata={"description": "Keys, [..., m, d_k]."}
+    )
+    value = Array(
+        min_rank=2, required=True, shape="[..., m, d_v]", metadata={"description": "Values, [..., m, d_v]."}
+    )
+    mask = Array(
+        kind="boolean",
+        shape="[..., n, m]",
+        metadata={
+            "description": "true = this query may attend to this key; broadcastable to [..., n, m] "
+            "(a 1-D [m] mask is per-key visibility). Combined with causal by AND."
+        },
+    )
+    causal = StrictBoolean(load_default=False, metadata={"description": "Hide future keys."})
+    causal_alignment = fields.String(
+        load_default="lower_right",
+        validate=validate.OneOf(["lower_right", "upper_left"]),
+        metadata={
+            "description": "lower_right: the queries are the last n of the m positions (key j is hidden "
+            "from query i when j > i + m - n); upper_left: hidden when j > i (PyTorch's is_causal)."
+        },
+    )
+    bias = Array(
+        shape="[..., n, m]",
+        metadata={"description": "Added to the scaled scores before softmax; broadcastable to [..., n, m]."},
+    )
+    scale = StrictFloat(
+        validate=validate.Range(min=0, min_inclusive=False),
+        metadata={"description": "Multiplies QKᵀ; default 1/sqrt(d_k).", "exclusiveMinimum": 0},
+    )
+    empty_rows = fields.String(
+        load_default="error",
+        validate=validate.OneOf(["error", "zero"]),
+        metadata={
+            "description": "What to do with a query row that sees no key: error (422 naming the row) or "
+            "zero (all-zero weights and output, row listed in empty_rows)."
+        },
+    )
+    include = IncludeList(
+        ATTENTION_INCLUDES,
+        default=["weights"],
+        metadata={"description": 'Extra arrays to return (default ["weights"]).'},
+    )
+    precision = precision_field()
+
+    @post_load
+    def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        try:
+            data["shapes"] = attention_shapes(
+                data["query"].shape,
+                data["key"].shape,
+                data["value"].shape,
+                mask_shape=data["mask"].shape if "mask" in data else None,
+                bias_shape=data["bias"].shape if "bias" in data else None,
+            )
+        except ShapeError as error:
+            raise ValidationError({error.field or "body": [error.message]}) from None
+        return data
+
+
+class AttentionResponseSchema(Schema):
+    output = Array(
+        min_rank=1, required=True, metadata={"description": "Weighted mix of the values, [..., n, d_v]."}
+    )
+    weights = Array(
+        min_rank=1, metadata={"description": "Attention weights, [..., n, m]; masked = 0; rows sum to 1."}
+    )
+    scores = Array(
+        min_rank=1,
+        nullable=True,
+        metadata={
+            "description": "Scaled scores plus bias, [..., n, m]; masked entries are null (minus infinity)."
+        },
+    )
+    logsumexp = Array(
+        min_rank=0,
+        nullable=True,
+        metadata={
+            "description": "Log-sum-exp of the visible scores per query, [..., n]; null for an empty row."
+        },
+    )
+    scale = fields.Float(required=True, metadata={"description": "The scale that was used."})
+    empty_rows = fields.List(
+        fields.List(fields.Integer()),
+        required=True,
+        metadata={"description": "Index lists (into [..., n]) of query rows that saw no key."},
+    )

@@ -1,0 +1,137 @@
+"""POST /v1/log-likelihood: request and response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from marshmallow import Schema, ValidationError, fields, post_load, validate
+
+from service.api.schemas.common import precision_field
+from service.kernels import LikelihoodResult, ShapeError, likelihood_shapes
+from service.web.arrays import Array
+from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
+
+
+class LikelihoodRequestSchema(Schema):
+    logits = Array(
+        min_rank=2,
+        required=True,
+        shape="[..., T, V]",
+        metadata={"description": "Next-token logits per position."},
+    )
+    targets = Array(
+        kind="integer",
+        min_rank=1,
+        max_rank=3,
+        required=True,
+        shape="[..., T]",
+        metadata={"description": "Token ids in [0, V), or ignore_index for padding."},
+    )
+    shift = StrictBoolean(
+        load_default=False,
+        metadata={"description": "Causal training shift: the logits row at position i scores targets[i+1]."},
+    )
+    ignore_index = StrictInteger(load_default=-100, metadata={"description": "Target id that marks padding."})
+    temperature = StrictFloat(
+        load_default=1.0,
+        validate=validate.Range(min=0, min_inclusive=False),
+        metadata={"description": "Divides the logits before scoring.", "exclusiveMinimum": 0},
+    )
+    top_logprobs = StrictInteger(
+        load_default=0,
+        validate=validate.Range(min=0, max=20),
+        metadata={"description": "How many of the most probable tokens to list per scored position."},
+    )
+    precision = precision_field()
+
+    @post_load
+    def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        try:
+            data["shape"] = likelihood_shapes(data["logits"].shape, data["targets"].shape)
+        except ShapeError as error:
+            raise ValidationError({error.field or "body": [error.message]}) from None
+        return data
+
+
+_TOP_LOGPROB = {
+    "type": "object",
+    "properties": {"token": {"type": "integer"}, "logprob": {"type": "number"}},
+    "required": ["token", "logprob"],
+    "additionalProperties": False,
+}
+
+
+def _top_logprobs_schema(*, min_rank: int, max_rank: int) -> dict[str, Any]:
+    variants = []
+    for rank in range(min_rank, max_rank + 1):
+        schema: dict[str, Any] = {"type": ["array", "null"], "items": _TOP_LOGPROB}
+        for _ in range(rank):
+            schema = {"type": "array", "items": schema}
+        variants.append(schema)
+    return {"anyOf": variants}
+
+
+class LikelihoodResponseSchema(Schema):
+    token_logprobs = Array(
+        nullable=True,
+        required=True,
+        metadata={"description": "log P(target) per position, [..., T]; null where not scored."},
+    )
+    ranks = Array(
+        kind="integer",
+        nullable=True,
+        required=True,
+        metadata={
+            "description": "1 + the number of logits above the target's, [..., T]; null where not scored."
+        },
+    )
+    log_likelihood = Array(
+        min_rank=0, required=True, metadata={"description": "Sum over scored tokens, [...]."}
+    )
+    num_tokens = Array(
+        kind="integer", min_rank=0, required=True, metadata={"description": "Scored tokens, [...]."}
+    )
+    mean_nll = Array(
+        min_rank=0, nullable=True, required=True, metadata={"description": "-log_likelihood / num_tokens."}
+    )
+    perplexity = Array(min_rank=0, nullable=True, required=True, metadata={"description": "exp(mean_nll)."})
+    is_greedy = Array(
+        kind="boolean", min_rank=0, required=True, metadata={"description": "Every scored target has rank 1."}
+    )
+    top_logprobs = fields.Raw(
+        metadata={
+            "description": "[..., T, k] lists of {token, logprob}, most probable first; null rows where not "
+            "scored. Present when top_logprobs > 0.",
+            **_top_logprobs_schema(min_rank=1, max_rank=3),
+        }
+    )
+
+
+def likelihood_response(result: LikelihoodResult) -> dict[str, Any]:
+    """Shape the kernel's result for JSON: unscored positions become null."""
+    ranks = result.ranks.astype(object)
+    ranks[~result.scored] = None
+    body: dict[str, Any] = {
+        "token_logprobs": result.token_logprobs,  # NaN where not scored: written as null
+        "ranks": ranks.tolist(),
+        "log_likelihood": result.log_likelihood,
+        "num_tokens": result.num_tokens,
+        "mean_nll": result.mean_nll,
+        "perplexity": result.perplexity,
+        "is_greedy": result.is_greedy,
+    }
+    if result.top_ids is not None and result.top_values is not None:
+        body["top_logprobs"] = _top_logprobs(result.top_ids, result.top_values, result.scored)
+    return body
+
+
+def _top_logprobs(ids: np.ndarray, values: np.ndarray, scored: np.ndarray) -> Any:
+    if scored.ndim > 1:
+        return [_top_logprobs(i, v, s) for i, v, s in zip(ids, values, scored, strict=True)]
+    return [
+        [{"token": token, "logprob": logprob} for token, logprob in zip(row_ids, row_values, strict=True)]
+        if is_scored
+        else None
+        for row_ids, row_values, is_scored in zip(ids.tolist(), values.tolist(), scored.tolist(), strict=True)
+    ]

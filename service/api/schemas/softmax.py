@@ -1,0 +1,71 @@
+"""POST /v1/softmax: request and response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, ValidationError, fields, post_load, validate
+
+from service.api.schemas.common import IncludeList, precision_field
+from service.kernels import ShapeError, softmax_shapes
+from service.web.arrays import Array
+from service.web.fields import StrictFloat, StrictInteger
+
+
+class SoftmaxRequestSchema(Schema):
+    logits = Array(
+        required=True, shape="[..., V]", metadata={"description": "Logits; softmax over the last axis."}
+    )
+    temperature = StrictFloat(
+        load_default=1.0,
+        validate=validate.Range(min=0),
+        metadata={"description": "Divides the logits; 0 is the greedy limit (ties share the probability)."},
+    )
+    mask = Array(
+        kind="boolean",
+        shape="[..., V]",
+        metadata={"description": "false = excluded (probability 0); broadcastable to the logits' shape."},
+    )
+    top_k = StrictInteger(
+        validate=validate.Range(min=1),
+        metadata={"description": "Keep every entry whose logit is at least the k-th largest."},
+    )
+    top_p = StrictFloat(
+        validate=validate.Range(min=0, max=1, min_inclusive=False),
+        metadata={
+            "description": "Keep the smallest set of most probable entries whose probability sums to "
+            "at least p (never fewer than one), after temperature and top_k.",
+            "exclusiveMinimum": 0,
+        },
+    )
+    include = IncludeList(
+        ["log_probabilities"], default=[], metadata={"description": "Extra arrays to return."}
+    )
+    precision = precision_field()
+
+    @post_load
+    def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        try:
+            data["shape"] = softmax_shapes(
+                data["logits"].shape, mask_shape=data["mask"].shape if "mask" in data else None
+            )
+        except ShapeError as error:
+            raise ValidationError({error.field or "body": [error.message]}) from None
+        return data
+
+
+class SoftmaxResponseSchema(Schema):
+    probabilities = Array(required=True, metadata={"description": "Same shape as the logits; rows sum to 1."})
+    log_probabilities = Array(
+        nullable=True, metadata={"description": "Natural-log probabilities; null where the probability is 0."}
+    )
+    entropy = Array(
+        min_rank=0, required=True, metadata={"description": "Entropy of each row in nats, [...]."}
+    )
+    argmax = Array(
+        kind="integer",
+        min_rank=0,
+        required=True,
+        metadata={"description": "Index of the most probable entry of each row (the first on ties), [...]."},
+    )
+    temperature = fields.Float(required=True, metadata={"description": "The temperature that was used."})

@@ -1,0 +1,44 @@
+"""POST /v1/softmax."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from service.api.errors_doc import document_compute_errors
+from service.api.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
+from service.api.schemas.common import PRECISIONS
+from service.api.schemas.softmax import SoftmaxRequestSchema, SoftmaxResponseSchema
+from service.kernels import softmax
+from service.web.blueprint import Blueprint
+from service.web.limits import ensure_work_within
+
+blp = Blueprint(
+    "softmax", __name__, url_prefix="/v1", description="Softmax with temperature, top-k and top-p."
+)
+
+
+@blp.route("/softmax", methods=["POST"])
+@blp.arguments(SoftmaxRequestSchema, example=SOFTMAX_EXAMPLE_REQUEST)
+@blp.response(200, SoftmaxResponseSchema, example=SOFTMAX_EXAMPLE_RESPONSE)
+@document_compute_errors(blp)
+def softmax_view(args: dict[str, Any]) -> dict[str, Any]:
+    """Probabilities over the last axis of the logits, after mask, temperature, top-k and top-p."""
+    ensure_work_within(math.prod(args["shape"]), what="probabilities")
+    result = softmax(
+        args["logits"],
+        temperature=args["temperature"],
+        mask=args.get("mask"),
+        top_k=args.get("top_k"),
+        top_p=args.get("top_p"),
+        dtype=PRECISIONS[args["precision"]],
+    )
+    body: dict[str, Any] = {
+        "probabilities": result.probabilities,
+        "entropy": result.entropy,
+        "argmax": result.argmax,
+        "temperature": result.temperature,
+    }
+    if "log_probabilities" in args["include"]:
+        body["log_probabilities"] = result.log_probabilities
+    return body

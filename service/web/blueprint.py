@@ -1,0 +1,33 @@
+"""The Blueprint every endpoint uses: orjson body parsing and a 415 for bodies that are not JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flask_smorest
+from flask import request
+from webargs import core
+
+from service.web.parsing import OrjsonParser
+from service.web.problems import Problem
+
+
+class Blueprint(flask_smorest.Blueprint):  # type: ignore[misc]
+    """A flask-smorest Blueprint whose JSON bodies are parsed by orjson."""
+
+    ARGUMENTS_PARSER = OrjsonParser()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.before_request(_require_json_body)
+
+
+def _require_json_body() -> None:
+    if request.method in ("POST", "PUT", "PATCH") and not core.is_json(request.mimetype):
+        sent = request.mimetype or "no Content-Type"
+        raise Problem(
+            415,
+            f"Send the request body as application/json (this request sent {sent}).",
+            slug="unsupported-media-type",
+            headers={"Accept-Post": "application/json"},
+        )

@@ -1,0 +1,153 @@
+"""Every error, whatever raised it, leaves as one RFC 9457 ``application/problem+json`` document."""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+import marshmallow as ma
+from flask import Flask, Response, current_app
+from werkzeug.exceptions import HTTPException
+
+from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
+from service.web.json_provider import dumps_bytes
+
+PROBLEM_MIMETYPE = "application/problem+json"
+PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
+
+log = logging.getLogger(__name__)
+
+
+class Problem(Exception):
+    """An error the client can act on; raised anywhere, rendered by :func:`problem_response`."""
+
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        *,
+        slug: str | None = None,
+        title: str | None = None,
+        errors: Mapping[str, list[str]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.slug = slug
+        self.title = title
+        self.errors = errors
+        self.headers = dict(headers or {})
+
+
+class ProblemSchema(ma.Schema):
+    """RFC 9457 problem details (documentation only: responses are built by :func:`problem_response`)."""
+
+    type = ma.fields.String(required=True, metadata={"description": "URI identifying the problem type."})
+    title = ma.fields.String(required=True, metadata={"description": "Short summary of the problem type."})
+    status = ma.fields.Integer(required=True, metadata={"description": "The HTTP status code."})
+    detail = ma.fields.String(required=True, metadata={"description": "What went wrong with this request."})
+    errors = ma.fields.Dict(
+        keys=ma.fields.String(),
+        values=ma.fields.List(ma.fields.String()),
+        metadata={"description": "Validation messages per offending request field."},
+    )
+
+
+def problem_response(problem: Problem) -> Response:
+    """Render ``problem`` as problem+json."""
+    title = problem.title or HTTPStatus(problem.status).phrase
+    body: dict[str, Any] = {
+        "type": PROBLEM_TYPE_BASE + problem.slug if problem.slug else "about:blank",
+        "title": title,
+        "status": problem.status,
+        "detail": problem.detail,
+    }
+    if problem.errors is not None:
+        body["errors"] = problem.errors
+    response = Response(dumps_bytes(body), status=problem.status, mimetype=PROBLEM_MIMETYPE)
+    response.headers.update(problem.headers)
+    return response
+
+
+def problem_from_http_exception(error: HTTPException) -> Problem:
+    """Translate werkzeug/webargs exceptions, keeping webargs' per-field messages."""
+    status = error.code or 500
+    data = getattr(error, "data", None) or {}
+    headers = dict(data.get("headers") or {})
+    headers.update({k: v for k, v in error.get_headers() if k.lower() == "allow"})  # 405 must say what is
+    messages = data.get("messages")
+    if status == 422 and isinstance(messages, Mapping):
+        errors = _field_errors(messages.get("json", messages), data.get("schema"))
+        return Problem(
+            422, _summarize(errors), slug="validation-error", title="Invalid request", errors=errors
+        )
+    if status == 400 and isinstance(messages, Mapping):
+        detail = " ".join(str(m) for m in messages.get("json", []))
+        return Problem(
+            400, detail or "The request body is not valid JSON.", slug="malformed-json", headers=headers
+        )
+    if status == 413:
+        limit = current_app.config.get("MAX_CONTENT_LENGTH")
+        detail = f"The request body is larger than the limit of {limit:,} bytes (MAX_BODY_BYTES)."
+        return Problem(413, detail, slug="body-too-large", headers=headers)
+    return Problem(status, error.description or "", headers=headers)
+
+
+def _field_errors(messages: Any, schema: ma.Schema | None) -> dict[str, list[str]]:
+    if not isinstance(messages, Mapping):
+        return {"body": [str(m) for m in _as_list(messages)]}
+    errors: dict[str, list[str]] = {}
+    for field, field_messages in messages.items():
+        name = "body" if field == "_schema" else str(field)
+        texts = [str(m) for m in _as_list(field_messages)]
+        if texts == ["Unknown field."] and schema is not None:
+            texts = [_unknown_field_message(name, list(schema.fields))]
+        errors.setdefault(name, []).extend(texts)
+    return errors
+
+
+def _unknown_field_message(name: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"Unknown field.{hint} Allowed fields: {', '.join(sorted(allowed))}."
+
+
+def _as_list(value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, Mapping):  # nested messages: flatten to "key: message"
+        return [f"{key}: {msg}" for key, msgs in value.items() for msg in _as_list(msgs)]
+    return [value]
+
+
+def _summarize(errors: Mapping[str, list[str]]) -> str:
+    parts = [f"{field}: {messages[0]}" for field, messages in errors.items() if messages]
+    return "The request is invalid. " + " ".join(parts)
+
+
+def problem_from_kernel_error(error: KernelError) -> Problem:
+    """The arithmetic's own complaints (shapes, empty rows, overflow) are the client's to fix: 422."""
+    slug = "shape-mismatch"
+    if isinstance(error, EmptyRowError):
+        slug = "empty-row"
+    elif isinstance(error, NumericalOverflowError):
+        slug = "numerical-overflow"
+    field = error.field or "body"
+    return Problem(422, error.message, slug=slug, title="Invalid request", errors={field: [error.message]})
+
+
+def register_error_handlers(app: Flask) -> None:
+    """Route every exception to problem+json; unexpected ones are logged and hidden behind a 500."""
+    app.register_error_handler(Problem, problem_response)
+    app.register_error_handler(KernelError, lambda e: problem_response(problem_from_kernel_error(e)))
+    app.register_error_handler(HTTPException, lambda e: problem_response(problem_from_http_exception(e)))
+
+    def internal_error(error: Exception) -> Response:
+        log.exception("unhandled error", exc_info=error)
+        return problem_response(Problem(500, "The server failed to answer this request; it has been logged."))
+
+    app.register_error_handler(Exception, internal_error)

@@ -1,0 +1,119 @@
+"""The rules every endpoint shares: content types, malformed bodies, limits, unknown fields."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from service import create_app
+from tests.problems import assert_problem
+
+SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+ENDPOINTS = ["/v1/attention", "/v1/softmax", "/v1/log-likelihood"]
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_body_that_is_not_json_gets_415(client: FlaskClient, path: str) -> None:
+    response = client.post(path, data="query=1", content_type="application/x-www-form-urlencoded")
+    body = assert_problem(response, 415)
+    assert "application/json" in body["detail"]
+
+
+def test_missing_content_type_gets_415(client: FlaskClient) -> None:
+    assert_problem(client.post("/v1/attention", data=b'{"query": [1]}'), 415)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"query": [1, 2', b"{'query': 1}", b"\xff\xfe{}", b"", b"   ", b"[" * 5000 + b"]" * 5000],
+    ids=["truncated", "single-quotes", "bad-utf8", "empty", "blank", "deep-nesting"],
+)
+def test_malformed_json_gets_400(client: FlaskClient, raw: bytes) -> None:
+    response = client.post("/v1/attention", data=raw, content_type="application/json")
+    assert_problem(response, 400)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_non_finite_literal_is_422_naming_the_field(client: FlaskClient, literal: str) -> None:
+    raw = f'{{"query": [0, {literal}], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}}'
+    response = client.post("/v1/attention", data=raw, content_type="application/json")
+    assert_problem(response, 422, field="query", says="finite")
+
+
+def test_json_that_is_not_an_object_gets_422(client: FlaskClient) -> None:
+    response = client.post("/v1/softmax", json=[1, 2, 3])
+    assert_problem(response, 422, field="body")
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "typo", "suggestion"),
+    [
+        ("/v1/softmax", {"logits": [1.0, 2.0], "temprature": 0.5}, "temprature", "temperature"),
+        ("/v1/attention", {**SEED, "casual": True}, "casual", "causal"),
+        ("/v1/log-likelihood", {"logits": [[1.0, 2.0]], "targets": [0], "shfit": True}, "shfit", "shift"),
+    ],
+)
+def test_unknown_field_is_named_with_a_suggestion(
+    client: FlaskClient, path: str, body: dict[str, object], typo: str, suggestion: str
+) -> None:
+    problem = assert_problem(client.post(path, json=body), 422, field=typo)
+    assert suggestion in problem["errors"][typo][0]
+
+
+@pytest.mark.parametrize("path", ENDPOINTS)
+def test_missing_required_fields_are_named(client: FlaskClient, path: str) -> None:
+    problem = assert_problem(client.post(path, json={}), 422)
+    assert set(problem["errors"]) >= ({"query", "key", "value"} if "attention" in path else {"logits"})
+
+
+def test_unknown_path_is_404_problem(client: FlaskClient) -> None:
+    assert_problem(client.get("/v1/nope"), 404)
+
+
+def test_wrong_method_is_405_problem_with_allow(client: FlaskClient) -> None:
+    response = client.get("/v1/attention")
+    assert_problem(response, 405)
+    assert "POST" in response.headers["Allow"]
+
+
+def test_body_over_the_limit_is_413() -> None:
+    app = create_app({"TESTING": True, "MAX_CONTENT_LENGTH": 100})
+    response = app.test_client().post("/v1/softmax", json={"logits": list(range(100))})
+    problem = assert_problem(response, 413)
+    assert "100" in problem["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "needed"),
+    [
+        ("/v1/attention", {"query": [[0.0] * 2] * 30, "key": [[0.0] * 2] * 40, "value": [[1.0]] * 40}, 1200),
+        ("/v1/softmax", {"logits": [[0.0] * 50] * 30}, 1500),
+        ("/v1/log-likelihood", {"logits": [[[0.0] * 40] * 30], "targets": [[0] * 30]}, 1200),
+    ],
+)
+def test_work_over_the_limit_is_413_stating_limit_and_need(
+    path: str, body: dict[str, object], needed: int
+) -> None:
+    app = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1000})
+    problem = assert_problem(app.test_client().post(path, json=body), 413)
+    assert "1,000" in problem["detail"]
+    assert f"{needed:,}" in problem["detail"]
+
+
+def test_work_at_the_limit_is_served() -> None:
+    app = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1200})
+    body = {"query": [[0.0] * 2] * 30, "key": [[0.0] * 2] * 40, "value": [[1.0]] * 40}
+    assert app.test_client().post("/v1/attention", json=body).status_code == 200
+
+
+def test_unexpected_errors_are_500_problem_json(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
+    import service.api.attention as view_module
+
+    def explode(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(view_module, "attention", explode)
+    app.config["PROPAGATE_EXCEPTIONS"] = False
+    problem = assert_problem(app.test_client().post("/v1/attention", json=SEED), 500)
+    assert "boom" not in problem["detail"]

@@ -1,0 +1,123 @@
+"""POST /v1/log-likelihood over HTTP."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+from scipy.special import log_softmax
+
+from tests.problems import assert_problem
+
+
+def post(client: FlaskClient, **body: Any) -> dict[str, Any]:
+    response = client.post("/v1/log-likelihood", json=body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    result: dict[str, Any] = response.get_json()
+    return result
+
+
+def loop_reference(
+    logits: np.ndarray, targets: list[int], *, shift: bool, ignore: int = -100
+) -> dict[str, Any]:
+    """One sequence, position by position, with SciPy's log_softmax."""
+    token_logprobs: list[float | None] = []
+    ranks: list[int | None] = []
+    for position, target in enumerate(targets):
+        row = position - 1 if shift else position
+        if row < 0 or target == ignore:
+            token_logprobs.append(None)
+            ranks.append(None)
+            continue
+        token_logprobs.append(float(log_softmax(logits[row])[target]))
+        ranks.append(1 + sum(1 for x in logits[row] if x > logits[row][target]))
+    scored = [x for x in token_logprobs if x is not None]
+    total = sum(scored)
+    return {
+        "token_logprobs": token_logprobs,
+        "ranks": ranks,
+        "log_likelihood": total,
+        "num_tokens": len(scored),
+    }
+
+
+@pytest.mark.parametrize("shift", [False, True])
+def test_matches_a_loop_reference(client: FlaskClient, shift: bool) -> None:
+    rng = np.random.default_rng(11)
+    logits = rng.normal(size=(6, 9)) * 3
+    targets = [3, 0, -100, 8, 2, 5]
+    body = post(client, logits=logits.tolist(), targets=targets, shift=shift)
+    expected = loop_reference(logits, targets, shift=shift)
+    assert body["ranks"] == expected["ranks"]
+    for got, want in zip(body["token_logprobs"], expected["token_logprobs"], strict=True):
+        assert (got is None and want is None) or got == pytest.approx(want, rel=1e-12)
+    assert body["log_likelihood"] == pytest.approx(expected["log_likelihood"], rel=1e-12)
+    assert body["num_tokens"] == expected["num_tokens"]
+    assert body["mean_nll"] == pytest.approx(-expected["log_likelihood"] / expected["num_tokens"], rel=1e-12)
+    assert body["perplexity"] == pytest.approx(math.exp(body["mean_nll"]), rel=1e-12)
+    assert body["is_greedy"] == all(rank == 1 for rank in expected["ranks"] if rank is not None)
+
+
+def test_batched_sequences_keep_leading_dims(client: FlaskClient) -> None:
+    logits = np.random.default_rng(5).normal(size=(2, 4, 5))
+    targets = [[1, 2, 3, 4], [0, -100, -100, -100]]
+    body = post(client, logits=logits.tolist(), targets=targets, shift=True)
+    assert body["num_tokens"] == [3, 0]
+    assert body["mean_nll"][1] is None
+    assert body["perplexity"][1] is None
+    assert body["log_likelihood"][1] == 0.0
+    assert body["token_logprobs"][1] == [None, None, None, None]
+    first = loop_reference(logits[0], targets[0], shift=True)
+    assert body["log_likelihood"][0] == pytest.approx(first["log_likelihood"], rel=1e-12)
+
+
+def test_greedy_sequence_and_top_logprobs(client: FlaskClient) -> None:
+    logits = [[5.0, 1.0, 0.0], [0.0, 4.0, 1.0]]
+    body = post(client, logits=logits, targets=[0, 1], top_logprobs=2)
+    assert body["is_greedy"] is True
+    assert body["ranks"] == [1, 1]
+    top = body["top_logprobs"]
+    assert [entry["token"] for entry in top[0]] == [0, 1]
+    assert top[1][0]["logprob"] == pytest.approx(float(log_softmax([0.0, 4.0, 1.0])[1]), rel=1e-12)
+    shifted = post(client, logits=logits, targets=[0, 1], shift=True, top_logprobs=1)
+    assert shifted["top_logprobs"][0] is None
+    assert shifted["top_logprobs"][1] == [
+        {"token": 0, "logprob": pytest.approx(float(log_softmax(logits[0])[0]))}
+    ]
+
+
+def test_temperature_scales_logits_before_scoring(client: FlaskClient) -> None:
+    logits = [[2.0, 1.0, 0.0]]
+    body = post(client, logits=logits, targets=[1], temperature=0.5)
+    assert body["token_logprobs"][0] == pytest.approx(
+        float(log_softmax(np.array(logits[0]) / 0.5)[1]), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "says"),
+    [
+        ({"logits": [[1.0, 2.0]], "targets": [2]}, "targets", "2"),
+        ({"logits": [[1.0, 2.0]], "targets": [-1]}, "targets", "-1"),
+        ({"logits": [[1.0, 2.0]], "targets": [0.5]}, "targets", "integer"),
+        ({"logits": [[1.0, 2.0]], "targets": [True]}, "targets", "boolean"),
+        ({"logits": [[1.0, 2.0]], "targets": [0, 1]}, "targets", "[2]"),
+        ({"logits": [1.0, 2.0], "targets": [0]}, "logits", "rank"),
+        ({"logits": [[1.0, 2.0]], "targets": [0], "temperature": 0}, "temperature", ""),
+        ({"logits": [[1.0, 2.0]], "targets": [0], "top_logprobs": 21}, "top_logprobs", ""),
+        ({"logits": [[1.0, 2.0]], "targets": [0], "shift": "yes"}, "shift", "boolean"),
+        ({"logits": [[1.0, 2.0]], "targets": [0], "ignore_index": 1.5}, "ignore_index", "integer"),
+    ],
+)
+def test_invalid_requests_are_422_naming_the_field(
+    client: FlaskClient, body: dict[str, Any], field: str, says: str
+) -> None:
+    assert_problem(client.post("/v1/log-likelihood", json=body), 422, field=field, says=says)
+
+
+def test_perplexity_overflow_is_422(client: FlaskClient) -> None:
+    response = client.post("/v1/log-likelihood", json={"logits": [[0.0, 1e6]], "targets": [0]})
+    assert_problem(response, 422, says="overflow")

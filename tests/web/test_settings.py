@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import pytest
+
+from service.settings import Settings
+
+
+def test_defaults() -> None:
+    settings = Settings.from_env({})
+    assert settings.max_body_bytes == 16 * 1024 * 1024
+    assert settings.max_work_elements == 16_777_216
+
+
+def test_environment_overrides() -> None:
+    settings = Settings.from_env({"MAX_BODY_BYTES": "1024", "MAX_WORK_ELEMENTS": "1_000"})
+    assert settings.as_flask_config() == {"MAX_CONTENT_LENGTH": 1024, "MAX_WORK_ELEMENTS": 1000}
+
+
+@pytest.mark.parametrize("raw", ["lots", "0", "-5", "1.5"])
+def test_malformed_values_fail_loudly(raw: str) -> None:
+    with pytest.raises(ValueError, match="MAX_WORK_ELEMENTS"):
+        Settings.from_env({"MAX_WORK_ELEMENTS": raw})
