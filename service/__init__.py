@@ -8,6 +8,7 @@ from typing import Any
 from flask import Flask
 
 from service.settings import Settings
+from service.web.cors import enable_cors
 from service.web.json_provider import OrjsonProvider
 from service.web.problems import register_error_handlers
 from service.web.spec import SPEC_CONFIG, Api
@@ -31,4 +32,5 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     api.register_blueprint(softmax.blp)
     api.register_blueprint(likelihood.blp)
     api.register_blueprint(meta.blp)
+    enable_cors(app)
     return app

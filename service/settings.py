@@ -1,39 +1,13 @@
-"""Settings read once from the environment, with documented defaults."""
+"""Settings read once from the environment, with documented defaults (the README's configuration table)."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Limits and switches of one app instance (see the README's configuration table)."""
-
-    max_body_bytes: int = 16 * MIB
-    max_work_elements: int = 16_777_216
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read ``MAX_BODY_BYTES`` and friends, failing loudly on a malformed value."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for field in fields(cls):
-            name = field.name.upper()
-            if name in environ:
-                values[field.name] = _positive_int(name, environ[name])
-        return cls(**values)
-
-    def as_flask_config(self) -> dict[str, Any]:
-        """The Flask config keys these settings map to."""
-        return {
-            "MAX_CONTENT_LENGTH": self.max_body_bytes,
-            "MAX_WORK_ELEMENTS": self.max_work_elements,
-        }
 
 
 def _positive_int(name: str, raw: str) -> int:
@@ -44,3 +18,44 @@ def _positive_int(name: str, raw: str) -> int:
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
     return value
+
+
+def _origins(name: str, raw: str) -> tuple[str, ...]:
+    origins = tuple(origin.strip() for origin in raw.split(",") if origin.strip())
+    if not origins:
+        raise ValueError(f"{name} must list at least one origin (or *), got {raw!r}")
+    return origins
+
+
+def _setting(default: Any, parse: Callable[[str, str], Any]) -> Any:
+    return field(default=default, metadata={"parse": parse})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Limits and switches of one app instance; each field is read from its upper-cased name."""
+
+    max_body_bytes: int = _setting(16 * MIB, _positive_int)
+    max_work_elements: int = _setting(16_777_216, _positive_int)
+    cors_origins: tuple[str, ...] = _setting(("*",), _origins)
+    cors_max_age: int = _setting(600, _positive_int)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ``MAX_BODY_BYTES`` and friends, failing loudly on a malformed value."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for setting in fields(cls):
+            name = setting.name.upper()
+            if name in environ:
+                values[setting.name] = setting.metadata["parse"](name, environ[name])
+        return cls(**values)
+
+    def as_flask_config(self) -> dict[str, Any]:
+        """The Flask config keys these settings map to."""
+        return {
+            "MAX_CONTENT_LENGTH": self.max_body_bytes,
+            "MAX_WORK_ELEMENTS": self.max_work_elements,
+            "CORS_ORIGINS": list(self.cors_origins),
+            "CORS_MAX_AGE": self.cors_max_age,
+        }

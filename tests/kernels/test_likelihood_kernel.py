@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy.special import log_softmax
@@ -149,6 +149,8 @@ def test_token_logprobs_agree_with_scipy(case: dict[str, Any]) -> None:
 def test_float32_is_close_to_float64(case: dict[str, Any]) -> None:
     options = {key: case[key] for key in ("shift", "temperature", "top_logprobs")}
     double = sequence_log_likelihood(case["logits"], case["targets"], **options)
+    # exp(mean NLL) overflows float32 above about 88.7: that case is a NumericalOverflowError, tested apart
+    assume(not np.any(double.mean_nll > 80))
     single = sequence_log_likelihood(case["logits"], case["targets"], dtype=np.float32, **options)
     assert single.token_logprobs.dtype == single.log_likelihood.dtype == single.perplexity.dtype == np.float32
     np.testing.assert_allclose(single.token_logprobs, double.token_logprobs, rtol=1e-5, atol=1e-4)

@@ -13,7 +13,16 @@ def test_defaults() -> None:
 
 def test_environment_overrides() -> None:
     settings = Settings.from_env({"MAX_BODY_BYTES": "1024", "MAX_WORK_ELEMENTS": "1_000"})
-    assert settings.as_flask_config() == {"MAX_CONTENT_LENGTH": 1024, "MAX_WORK_ELEMENTS": 1000}
+    assert settings.as_flask_config()["MAX_CONTENT_LENGTH"] == 1024
+    assert settings.as_flask_config()["MAX_WORK_ELEMENTS"] == 1000
+
+
+def test_cors_origins_are_a_comma_separated_list() -> None:
+    assert Settings.from_env({}).cors_origins == ("*",)
+    settings = Settings.from_env({"CORS_ORIGINS": "https://a.example, https://b.example"})
+    assert settings.cors_origins == ("https://a.example", "https://b.example")
+    with pytest.raises(ValueError, match="CORS_ORIGINS"):
+        Settings.from_env({"CORS_ORIGINS": " , "})
 
 
 @pytest.mark.parametrize("raw", ["lots", "0", "-5", "1.5"])
