@@ -11,6 +11,7 @@ from flask.testing import FlaskClient
 from scipy.special import log_softmax
 
 from tests.problems import assert_problem
+from tests.references import reference_sequence
 
 
 def post(client: FlaskClient, **body: Any) -> dict[str, Any]:
@@ -20,28 +21,12 @@ def post(client: FlaskClient, **body: Any) -> dict[str, Any]:
     return result
 
 
-def loop_reference(
-    logits: np.ndarray, targets: list[int], *, shift: bool, ignore: int = -100
-) -> dict[str, Any]:
-    """One sequence, position by position, with SciPy's log_softmax."""
-    token_logprobs: list[float | None] = []
-    ranks: list[int | None] = []
-    for position, target in enumerate(targets):
-        row = position - 1 if shift else position
-        if row < 0 or target == ignore:
-            token_logprobs.append(None)
-            ranks.append(None)
-            continue
-        token_logprobs.append(float(log_softmax(logits[row])[target]))
-        ranks.append(1 + sum(1 for x in logits[row] if x > logits[row][target]))
-    scored = [x for x in token_logprobs if x is not None]
-    total = sum(scored)
-    return {
-        "token_logprobs": token_logprobs,
-        "ranks": ranks,
-        "log_likelihood": total,
-        "num_tokens": len(scored),
-    }
+def loop_reference(logits: np.ndarray, targets: list[int], *, shift: bool) -> dict[str, Any]:
+    expected = reference_sequence(logits, np.asarray(targets), shift=shift, temperature=1.0, top_k=0)
+    ranks = [
+        rank if scored else None for rank, scored in zip(expected["ranks"], expected["scored"], strict=True)
+    ]
+    return {**expected, "token_logprobs": expected["logprobs"], "ranks": ranks}
 
 
 @pytest.mark.parametrize("shift", [False, True])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,102 +21,10 @@ from service.kernels import (
     attention,
     attention_shapes,
 )
+from tests.references import Reference, attention_cases, full, reference_attention
 
 FAST = settings(max_examples=50, deadline=None)
 Array = NDArray[Any]
-
-
-@dataclass
-class Reference:
-    output: Array
-    weights: Array
-    logsumexp: Array
-    empty: Array
-
-
-def reference_attention(
-    query: Array,
-    key: Array,
-    value: Array,
-    *,
-    mask: Array | None = None,
-    bias: Array | None = None,
-    causal: str | None = None,
-    scale: float | None = None,
-) -> Reference:
-    """Loops over batch, query rows and keys with math.exp; every input already has the full batch."""
-    batch, n, d_k = query.shape[:-2], query.shape[-2], query.shape[-1]
-    m, d_v = key.shape[-2], value.shape[-1]
-    scale = 1 / math.sqrt(d_k) if scale is None else scale
-    output = np.zeros((*batch, n, d_v))
-    weights = np.zeros((*batch, n, m))
-    lse = np.full((*batch, n), -math.inf)
-    empty = np.zeros((*batch, n), dtype=bool)
-    for index in np.ndindex(*batch):
-        for i in range(n):
-            scores = {}
-            for j in range(m):
-                if mask is not None and not mask[(*index, i, j)]:
-                    continue
-                if causal == "lower_right" and j > i + m - n:
-                    continue
-                if causal == "upper_left" and j > i:
-                    continue
-                dot = sum(float(query[(*index, i, t)]) * float(key[(*index, j, t)]) for t in range(d_k))
-                scores[j] = dot * scale + (0.0 if bias is None else float(bias[(*index, i, j)]))
-            if not scores:
-                empty[(*index, i)] = True
-                continue
-            top = max(scores.values())
-            exps = {j: math.exp(s - top) for j, s in scores.items()}
-            total = sum(exps.values())
-            lse[(*index, i)] = top + math.log(total)
-            for j, e in exps.items():
-                weights[(*index, i, j)] = e / total
-            for c in range(d_v):
-                output[(*index, i, c)] = sum(
-                    weights[(*index, i, j)] * value[(*index, j, c)] for j in range(m)
-                )
-    return Reference(output, weights, lse, empty)
-
-
-@st.composite
-def attention_cases(draw: st.DrawFn) -> dict[str, Any]:
-    """Random batched shapes where each input may drop or shrink batch dims to exercise broadcasting."""
-    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-    n, m = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    d_k, d_v = draw(st.integers(1, 5)), draw(st.integers(1, 4))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-
-    def lead() -> tuple[int, ...]:
-        # Each batch dim is kept, set to 1, or (leading ones only) dropped.
-        kept = batch[draw(st.integers(0, len(batch))) :] if batch else ()
-        return tuple(size if draw(st.booleans()) else 1 for size in kept)
-
-    case: dict[str, Any] = {
-        "query": rng.normal(size=(*lead(), n, d_k)) * draw(st.sampled_from([0.1, 1.0, 5.0])),
-        "key": rng.normal(size=(*lead(), m, d_k)),
-        "value": rng.normal(size=(*lead(), m, d_v)),
-    }
-    # Masks and bias may not add batch dims, so they are drawn within what query/key/value span.
-    batch = np.broadcast_shapes(*(case[name].shape[:-2] for name in ("query", "key", "value")))
-    case["batch"] = batch
-    mask_kind = draw(st.sampled_from(["none", "full", "per_key", "lead"]))
-    if mask_kind == "full":
-        case["mask"] = rng.random((*batch, n, m)) < 0.7
-    elif mask_kind == "per_key":
-        case["mask"] = rng.random(m) < 0.7
-    elif mask_kind == "lead":
-        case["mask"] = rng.random((*lead(), 1, m)) < 0.7
-    if draw(st.booleans()):
-        case["bias"] = rng.normal(size=(*lead(), n, m))
-    case["causal"] = draw(st.sampled_from([None, "lower_right", "upper_left"]))
-    case["scale"] = draw(st.sampled_from([None, 0.5, 2.0, -1.0]))
-    return case
-
-
-def full(array: Array | None, shape: tuple[int, ...]) -> Array | None:
-    return None if array is None else np.broadcast_to(array, shape)
 
 
 def run_both(case: dict[str, Any], **kwargs: Any) -> tuple[Any, Reference]:

@@ -8,70 +8,15 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
-from hypothesis import strategies as st
 from numpy.typing import NDArray
 from scipy.special import log_softmax
 
 from service.kernels import KernelError, NumericalOverflowError, ShapeError, sequence_log_likelihood
 from service.kernels.likelihood import likelihood_shapes
+from tests.references import IGNORE, likelihood_cases, reference_sequence
 
 FAST = settings(max_examples=50, deadline=None)
 Array = NDArray[Any]
-IGNORE = -100
-
-
-def reference_sequence(
-    logits: Array, targets: Array, *, shift: bool, temperature: float, top_k: int
-) -> dict[str, Any]:
-    """One sequence ([T, V] logits, [T] targets) with explicit loops and math.exp / math.log."""
-    length, vocabulary = logits.shape
-    logprobs: list[float | None] = [None] * length
-    ranks = [0] * length
-    tops: list[list[tuple[int, float]] | None] = [None] * length
-    for position in range(length):
-        row = position - 1 if shift else position
-        target = int(targets[position])
-        if row < 0 or target == IGNORE:
-            continue
-        tempered = [float(x) / temperature for x in logits[row]]
-        top = max(tempered)
-        log_total = math.log(sum(math.exp(x - top) for x in tempered))
-        row_logprobs = [(x - top) - log_total for x in tempered]
-        logprobs[position] = row_logprobs[target]
-        ranks[position] = 1 + sum(1 for x in tempered if x > tempered[target])
-        ordered = sorted(range(vocabulary), key=lambda i: (-tempered[i], i))
-        tops[position] = [(i, row_logprobs[i]) for i in ordered[:top_k]]
-    scored = [value is not None for value in logprobs]
-    total = sum(value for value in logprobs if value is not None)
-    count = sum(scored)
-    return {
-        "logprobs": logprobs,
-        "ranks": ranks,
-        "scored": scored,
-        "log_likelihood": total,
-        "num_tokens": count,
-        "mean_nll": -total / count if count else math.nan,
-        "is_greedy": all(rank == 1 for rank, s in zip(ranks, scored, strict=True) if s),
-        "tops": tops,
-    }
-
-
-@st.composite
-def likelihood_cases(draw: st.DrawFn) -> dict[str, Any]:
-    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-    length, vocabulary = draw(st.integers(1, 6)), draw(st.integers(1, 7))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    # Rounding makes tied logits (rank and top-k tie rules) common.
-    logits = np.round(rng.normal(size=(*batch, length, vocabulary)) * 3, draw(st.integers(0, 2)))
-    targets = rng.integers(0, vocabulary, size=(*batch, length))
-    targets[rng.random(targets.shape) < 0.25] = IGNORE
-    return {
-        "logits": logits,
-        "targets": targets,
-        "shift": draw(st.booleans()),
-        "temperature": draw(st.sampled_from([1.0, 0.5, 2.0, 0.1])),
-        "top_logprobs": draw(st.integers(0, 8)),
-    }
 
 
 @FAST

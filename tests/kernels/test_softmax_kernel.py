@@ -22,81 +22,10 @@ from service.kernels import (
     softmax,
 )
 from service.kernels.softmax import softmax_shapes
+from tests.references import logits_cases, nucleus_is_ambiguous, reference_row
 
 FAST = settings(max_examples=50, deadline=None)
 Array = NDArray[Any]
-
-
-def reference_row(
-    logits: list[float],
-    *,
-    visible: list[bool],
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-) -> tuple[list[float], list[bool]]:
-    """One row, step by step: mask → temperature → top_k → top_p → renormalize. Returns (probs, kept)."""
-    indices = [i for i in range(len(logits)) if visible[i]]
-    if temperature == 0:
-        best = max(logits[i] for i in indices)
-        kept = {i for i in indices if logits[i] == best}
-    else:
-        kept = set(indices)
-    if top_k is not None and top_k < len(indices):
-        kth = sorted((logits[i] for i in indices), reverse=True)[top_k - 1]
-        kept = {i for i in kept if logits[i] >= kth}
-
-    def distribution(members: set[int]) -> dict[int, float]:
-        if temperature == 0:
-            return {i: 1 / len(members) for i in members}
-        top = max(logits[i] for i in members)
-        exps = {i: math.exp((logits[i] - top) / temperature) for i in members}
-        total = sum(exps.values())
-        return {i: e / total for i, e in exps.items()}
-
-    if top_p is not None:
-        probs = distribution(kept)
-        order = sorted(kept, key=lambda i: (-probs[i], i))
-        nucleus: set[int] = set()
-        mass = 0.0
-        for i in order:
-            nucleus.add(i)
-            mass += probs[i]
-            if mass >= top_p:
-                break
-        kept = nucleus
-    final = distribution(kept)
-    return [final.get(i, 0.0) for i in range(len(logits))], [i in kept for i in range(len(logits))]
-
-
-def nucleus_is_ambiguous(
-    row: list[float], visible: list[bool], temperature: float, top_k: int | None, top_p: float
-) -> bool:
-    """True when a cumulative probability is within rounding of top_p, where either answer is right."""
-    probs, kept = reference_row(row, visible=visible, temperature=temperature, top_k=top_k, top_p=None)
-    ordered = sorted((p for p, k in zip(probs, kept, strict=True) if k), reverse=True)
-    return any(abs(sum(ordered[: i + 1]) - top_p) < 1e-9 for i in range(len(ordered)))
-
-
-@st.composite
-def logits_cases(draw: st.DrawFn) -> dict[str, Any]:
-    shape = (*draw(st.lists(st.integers(1, 3), max_size=2)), draw(st.integers(1, 8)))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    # Rounded logits make ties (top-k boundaries, greedy splits) common.
-    logits = np.round(
-        rng.normal(size=shape) * draw(st.sampled_from([0.5, 3.0, 30.0])), draw(st.integers(0, 3))
-    )
-    mask = None
-    if draw(st.booleans()):
-        mask = rng.random(shape) < 0.6
-        mask[..., rng.integers(shape[-1])] = True  # at least one visible entry per row
-    return {
-        "logits": logits,
-        "mask": mask,
-        "temperature": draw(st.sampled_from([1.0, 0.5, 2.0, 0.01, 0.0, 7.0])),
-        "top_k": draw(st.none() | st.integers(1, 9)),
-        "top_p": draw(st.none() | st.sampled_from([1.0, 0.5, 0.9]) | st.floats(0.01, 1.0)),
-    }
 
 
 @FAST
