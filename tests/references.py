@@ -112,6 +112,22 @@ def full(array: Array | None, shape: tuple[int, ...]) -> Array | None:
     return None if array is None else np.broadcast_to(array, shape)
 
 
+def reference_for_case(case: dict[str, Any], *, scale: float | None) -> Reference:
+    """The reference for an :func:`attention_cases` case, every input broadcast to the full batch."""
+    batch = case["batch"]
+    n, d_k = case["query"].shape[-2:]
+    m, d_v = case["value"].shape[-2:]
+    return reference_attention(
+        np.broadcast_to(case["query"], (*batch, n, d_k)),
+        np.broadcast_to(case["key"], (*batch, m, d_k)),
+        np.broadcast_to(case["value"], (*batch, m, d_v)),
+        mask=full(case.get("mask"), (*batch, n, m)),
+        bias=full(case.get("bias"), (*batch, n, m)),
+        causal=case["causal"],
+        scale=scale,
+    )
+
+
 def reference_row(
     logits: list[float],
     *,

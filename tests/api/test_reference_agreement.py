@@ -16,11 +16,10 @@ from service import create_app
 from tests.conftest import ContractCheckingClient
 from tests.references import (
     attention_cases,
-    full,
     likelihood_cases,
     logits_cases,
     nucleus_is_ambiguous,
-    reference_attention,
+    reference_for_case,
     reference_row,
     reference_sequence,
 )
@@ -60,18 +59,7 @@ def test_attention_matches_the_loop_reference(case: dict[str, Any]) -> None:
             body[optional] = case[optional].tolist()
     answer = post("/v1/attention", body)
 
-    batch = case["batch"]
-    n, d_k = case["query"].shape[-2:]
-    m, d_v = case["value"].shape[-2:]
-    expected = reference_attention(
-        np.broadcast_to(case["query"], (*batch, n, d_k)),
-        np.broadcast_to(case["key"], (*batch, m, d_k)),
-        np.broadcast_to(case["value"], (*batch, m, d_v)),
-        mask=full(case.get("mask"), (*batch, n, m)),
-        bias=full(case.get("bias"), (*batch, n, m)),
-        causal=case["causal"],
-        scale=scale,
-    )
+    expected = reference_for_case(case, scale=scale)
     np.testing.assert_allclose(answer["output"], expected.output, **TOLERANCE)
     np.testing.assert_allclose(answer["weights"], expected.weights, **TOLERANCE)
     logsumexp = np.array(answer["logsumexp"], dtype=float)  # null (empty row) becomes NaN here

@@ -21,7 +21,7 @@ from service.kernels import (
     attention,
     attention_shapes,
 )
-from tests.references import Reference, attention_cases, full, reference_attention
+from tests.references import Reference, attention_cases, reference_for_case
 
 FAST = settings(max_examples=50, deadline=None)
 Array = NDArray[Any]
@@ -41,19 +41,7 @@ def run_both(case: dict[str, Any], **kwargs: Any) -> tuple[Any, Reference]:
         empty_rows="zero",
         **kwargs,
     )
-    batch = case["batch"]
-    n, d_k = case["query"].shape[-2:]
-    m, d_v = case["value"].shape[-2:]
-    reference = reference_attention(
-        np.broadcast_to(case["query"], (*batch, n, d_k)),
-        np.broadcast_to(case["key"], (*batch, m, d_k)),
-        np.broadcast_to(case["value"], (*batch, m, d_v)),
-        mask=full(case.get("mask"), (*batch, n, m)),
-        bias=full(case.get("bias"), (*batch, n, m)),
-        causal=causal,
-        scale=case["scale"],
-    )
-    return result, reference
+    return result, reference_for_case(case, scale=case["scale"])
 
 
 @FAST
