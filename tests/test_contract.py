@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import schemathesis
 import yaml
 from flask.testing import FlaskClient
@@ -48,6 +49,14 @@ def test_every_operation_documents_its_errors() -> None:
         assert {"200", "400", "413", "415", "422", "default"} <= set(responses)
     problem = spec["components"]["responses"]["UNPROCESSABLE_ENTITY"]["content"]
     assert list(problem) == ["application/problem+json"]
+
+
+@pytest.mark.parametrize("path", ["/v1/attention", "/v1/softmax", "/v1/log-likelihood"])
+def test_documented_examples_are_what_the_endpoints_answer(client: FlaskClient, path: str) -> None:
+    operation = yaml.safe_load(CONTRACT_PATH.read_text())["paths"][path]["post"]
+    request = operation["requestBody"]["content"]["application/json"]["example"]
+    response = operation["responses"]["200"]["content"]["application/json"]["example"]
+    assert client.post(path, json=request).get_json() == response
 
 
 schema = schemathesis.openapi.from_path(CONTRACT_PATH)

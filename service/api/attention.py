@@ -27,7 +27,7 @@ def attention_view(args: dict[str, Any]) -> dict[str, Any]:
     """
     shapes = args["shapes"]
     include = set(args["include"])
-    ensure_work_within(shapes.scores_elements, what="attention scores (batch × n × m)")
+    ensure_work_within(shapes.work_elements, what="attention arrays (batch × n × max(m, d_v))")
     result = attention(
         args["query"],
         args["key"],

@@ -46,6 +46,11 @@ class AttentionShapes:
         return math.prod(self.batch) * self.n * self.m
 
     @property
+    def work_elements(self) -> int:
+        """Entries in the largest array a call creates: the scores or, when d_v > m, the output."""
+        return math.prod(self.batch) * self.n * max(self.m, self.d_v)
+
+    @property
     def output_shape(self) -> tuple[int, ...]:
         """``batch + (n, d_v)``, or ``batch + (d_v,)`` for a single query."""
         return (*self._rows_shape, self.d_v)

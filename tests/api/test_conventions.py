@@ -101,6 +101,14 @@ def test_work_over_the_limit_is_413_stating_limit_and_need(
     assert f"{needed:,}" in problem["detail"]
 
 
+def test_work_counts_a_broadcast_output_wider_than_the_scores() -> None:
+    # Small inputs whose batch dims broadcast to 100 × 100 and whose output rows are 50 wide.
+    app = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 100_000})
+    body = {"query": [[[[1.0]]]] * 100, "key": [[[[1.0]]] * 100], "value": [[[0.5] * 50]]}
+    problem = assert_problem(app.test_client().post("/v1/attention", json=body), 413)
+    assert "500,000" in problem["detail"]
+
+
 def test_work_at_the_limit_is_served() -> None:
     app = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1200})
     body = {"query": [[0.0] * 2] * 30, "key": [[0.0] * 2] * 40, "value": [[1.0]] * 40}
