@@ -98,18 +98,25 @@ def softmax(
         raise overflow_error("logits", float_dtype, field="logits")
 
     masked = x.copy() if visible is None else np.where(visible, x, float_dtype.type(-np.inf))
-    # Shifting by the row max first keeps every exponent <= 0, and dividing the shifted values by a tiny
-    # temperature can only underflow towards -inf (probability 0), never overflow.
-    with np.errstate(over="ignore"):  # logits spanning more than the float range: the far end becomes -inf
+    # Shifting by the row max first keeps every exponent <= 0 (and is the most accurate order), and
+    # dividing the shifted values by a tiny temperature can only underflow towards -inf, never overflow.
+    # Only when logits span more than the float range does the shift overflow; a temperature above 1
+    # may bring that span back into range, so then divide first.
+    typed_temperature = float_dtype.type(temperature)
+    with np.errstate(over="ignore"):
         shifted = masked - np.max(masked, axis=-1, keepdims=True)
+        divided_first = temperature > 1 and bool((np.isinf(shifted) & np.isfinite(masked)).any())
+        if divided_first:
+            masked /= typed_temperature
+            shifted = masked - np.max(masked, axis=-1, keepdims=True)
     keep: BoolArray
     if temperature == 0:
         keep = shifted == 0
     else:
         keep = np.ones(shape, dtype=np.bool_) if visible is None else visible.copy()
-        if temperature != 1:
+        if temperature != 1 and not divided_first:
             with np.errstate(over="ignore"):
-                shifted /= float_dtype.type(temperature)
+                shifted /= typed_temperature
     if top_k is not None and top_k < shape[-1]:
         keep &= masked >= _kth_largest(masked, top_k)
     if top_p is not None and top_p < 1:
