@@ -31,8 +31,8 @@ test: $(DEV_STAMP)  ## the test suite
 	$(BIN)/python -m pytest
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check service tests
-	$(BIN)/ruff format --check service tests
+	$(BIN)/ruff check service tests deploy gunicorn.conf.py
+	$(BIN)/ruff format --check service tests deploy gunicorn.conf.py
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
