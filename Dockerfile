@@ -18,7 +18,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PATH=/opt/venv/bin:$PATH \
     HOST=0.0.0.0 \
     PORT=8000
-RUN useradd --system --no-log-init --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin app
+RUN groupadd --system --gid 10001 app \
+    && useradd --system --no-log-init --uid 10001 --gid app --no-create-home --shell /usr/sbin/nologin app
 COPY --from=build /opt/venv /opt/venv
 WORKDIR /app
 COPY gunicorn.conf.py ./

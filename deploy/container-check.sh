@@ -45,8 +45,8 @@ ready_seconds=$(python3 -c "print(f'{$(date +%s.%N) - $start:.2f}')")
 [ -n "$ready" ] || { podman logs "$CID" | tail -20; echo "FAIL: no /readyz answer (read-only root)"; exit 1; }
 echo "time to /readyz (read-only root, 2 workers): ${ready_seconds} s (target < ${READY_TARGET_SECONDS} s)"
 
-podman exec -i "$CID" python - < deploy/check_seed.py          # from inside the container
-python3 deploy/check_seed.py "http://127.0.0.1:$PORT_OUT"         # and through the published port
+echo -n "inside the container: "; podman exec -i "$CID" python - < deploy/check_seed.py
+echo -n "through 127.0.0.1:$PORT_OUT: "; python3 deploy/check_seed.py "http://127.0.0.1:$PORT_OUT"
 podman logs "$CID" 2>/dev/null | grep '"request_id":"seed-check"' | head -1 | python3 -c \
   'import json, sys; line = json.loads(sys.stdin.readline()); assert line["status"] == 200, line; print("access log line:", line)'
 
