@@ -10,7 +10,7 @@ PORT   ?= 8000
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP     := $(VENV)/.dev-installed
 
-.PHONY: run test lint typecheck check openapi clean
+.PHONY: run test lint typecheck check openapi clean soak kubernetes-validate container-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,11 +31,12 @@ test: $(DEV_STAMP)  ## the test suite
 	$(BIN)/python -m pytest
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check service tests
-	$(BIN)/ruff format --check service tests
+	$(BIN)/ruff check service tests deploy gunicorn.conf.py
+	$(BIN)/ruff format --check service tests deploy gunicorn.conf.py
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
+	$(BIN)/mypy deploy/soak.py
 
 check: lint typecheck test
 
@@ -44,3 +45,15 @@ openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# --- deployment (README "Deploy") ---
+SOAK_SECONDS ?= 60
+
+soak: $(DEV_STAMP)  ## 64 keep-alive connections against gunicorn for SOAK_SECONDS; fails on 5xx, drops, leaks
+	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python deploy/soak.py
+
+kubernetes-validate: $(DEV_STAMP)  ## the manifests in deploy/kubernetes against the Kubernetes schemas, offline
+	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
+
+container-smoke:  ## build the image with podman, run it, check /readyz, the seed example, compose (root)
+	bash deploy/container-check.sh

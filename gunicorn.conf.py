@@ -1,8 +1,12 @@
-"""gunicorn settings for `make run`; every value can be overridden from the environment."""
+"""gunicorn settings for `make run`, the image and compose; each can be overridden from the environment."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
 # oversubscribe them. This must be set before NumPy is first imported, which happens when the
@@ -13,6 +17,49 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 1))
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")  # "sync" with threads > 1 means gthread
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
-accesslog = "-"
+# On SIGTERM, requests in flight get this long to finish before their worker is killed.
+graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))
+# Recycle each worker after this many requests (0 = never), jittered so they do not all restart at once.
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "10000"))
+max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "1000"))
+# The heartbeat file lives in memory: a disk-backed /tmp can stall it under I/O load (and the
+# container's root filesystem is read-only).
+worker_tmp_dir = os.environ.get("GUNICORN_WORKER_TMP_DIR", "/dev/shm" if Path("/dev/shm").is_dir() else None)
+# The app writes one JSON line per request itself (service/web/access_log.py, with the request id and
+# route); gunicorn's own access log would only duplicate it.
+accesslog = None
+errorlog = "-"
+loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+# gunicorn 24+'s runtime control socket sits at one path per user, so two servers on a machine would
+# fight over it; nothing here uses it.
+control_socket_disable = True
+
+# Prometheus multiprocess mode: every worker writes its samples under this directory and /metrics adds
+# them up. It must be in the environment before a worker imports prometheus_client, i.e. now.
+_created_metrics_dir = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+if _created_metrics_dir:
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="attention-metrics-")
+_metrics_dir = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+
+
+def on_starting(server: Any) -> None:
+    """Start from an empty metrics directory: files left by an earlier run would be counted again."""
+    _metrics_dir.mkdir(parents=True, exist_ok=True)
+    for stale in _metrics_dir.glob("*.db"):
+        stale.unlink()
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Drop a dead worker's live gauges (its counters and histograms stay in the totals)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
+
+
+def on_exit(server: Any) -> None:
+    """Remove the metrics directory this config made for itself (a given one is left for the operator)."""
+    if _created_metrics_dir:
+        shutil.rmtree(_metrics_dir, ignore_errors=True)

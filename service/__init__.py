@@ -8,10 +8,15 @@ from typing import Any
 from flask import Flask
 
 from service.settings import Settings
+from service.web.access_log import install_access_log
+from service.web.api_keys import SCHEME_NAME, SECURITY_SCHEME, install_api_keys
 from service.web.cors import enable_cors
 from service.web.json_provider import OrjsonProvider
+from service.web.metrics import install_metrics
 from service.web.problems import register_error_handlers
+from service.web.request_id import install_request_ids
 from service.web.spec import SPEC_CONFIG, Api
+from service.web.test_delay import install_test_delay
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -25,7 +30,15 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     from service.api import attention, likelihood, meta, softmax
 
+    # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
+    install_request_ids(app)
+    install_access_log(app)
+    install_metrics(app)
+    install_api_keys(app)
+    install_test_delay(app)
+
     api = Api(app)
+    api.spec.components.security_scheme(SCHEME_NAME, SECURITY_SCHEME)
     app.extensions["attention_api"] = api
     register_error_handlers(app)  # after Api, which installs its own JSON error handler
     api.register_blueprint(attention.blp)

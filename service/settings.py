@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 MIB = 1024 * 1024
@@ -27,8 +28,35 @@ def _origins(name: str, raw: str) -> tuple[str, ...]:
     return origins
 
 
-def _setting(default: Any, parse: Callable[[str, str], Any]) -> Any:
-    return field(default=default, metadata={"parse": parse})
+def _keys(name: str, raw: str) -> tuple[str, ...]:
+    return tuple(key.strip() for key in raw.split(",") if key.strip())
+
+
+def _keys_file(name: str, raw: str) -> tuple[str, ...]:
+    """One key per line; blank lines and ``#`` comments are skipped (a mounted secret's shape)."""
+    try:
+        text = Path(raw).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ValueError(f"{name} names a file that cannot be read: {error}") from None
+    keys = tuple(
+        line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    )
+    if not keys:
+        raise ValueError(f"{name} ({raw}) holds no key")
+    return keys
+
+
+def _flag(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{name} must be 1/0, true/false, yes/no or on/off, got {raw!r}")
+
+
+def _setting(default: Any, parse: Callable[[str, str], Any], *, secret: bool = False) -> Any:
+    return field(default=default, repr=not secret, metadata={"parse": parse})
 
 
 @dataclass(frozen=True)
@@ -39,6 +67,11 @@ class Settings:
     max_work_elements: int = _setting(16_777_216, _positive_int)
     cors_origins: tuple[str, ...] = _setting(("*",), _origins)
     cors_max_age: int = _setting(600, _positive_int)
+    api_keys: tuple[str, ...] = _setting((), _keys, secret=True)
+    api_keys_file: tuple[str, ...] = _setting((), _keys_file, secret=True)
+    access_log: bool = _setting(True, _flag)
+    # Test-only: lets a request ask to be slowed down (X-Test-Delay), for the graceful-shutdown test.
+    enable_test_delay: bool = _setting(False, _flag)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -58,4 +91,7 @@ class Settings:
             "MAX_WORK_ELEMENTS": self.max_work_elements,
             "CORS_ORIGINS": list(self.cors_origins),
             "CORS_MAX_AGE": self.cors_max_age,
+            "API_KEYS": [*self.api_keys, *self.api_keys_file],
+            "ACCESS_LOG": self.access_log,
+            "ENABLE_TEST_DELAY": self.enable_test_delay,
         }

@@ -5,19 +5,23 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from service.web.api_keys import SECURITY_REQUIREMENT
 from service.web.blueprint import Blueprint
 
 COMPUTE_ERRORS = {
     400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
     413: "REQUEST_ENTITY_TOO_LARGE",
     415: "UNSUPPORTED_MEDIA_TYPE",
 }
 
 
 def document_compute_errors(blp: Blueprint) -> Callable[[Any], Any]:
-    """Decorator adding the 400/413/415 problem+json responses (422 comes from ``@blp.arguments``)."""
+    """Decorator adding the 400/401/413/415 problem+json responses (422 comes from ``@blp.arguments``)
+    and the optional API-key requirement."""
 
     def decorate(view: Any) -> Any:
+        view = blp.doc(security=SECURITY_REQUIREMENT)(view)
         for status, name in COMPUTE_ERRORS.items():
             view = blp.alt_response(status, name)(view)
         return view

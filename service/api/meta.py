@@ -1,26 +1,74 @@
-"""GET /healthz, /openapi.yaml, /openapi.json and the JSON index at /."""
+"""Probes (/livez, /readyz, /healthz), /metrics, /openapi.yaml, /openapi.json and the JSON index at /."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, current_app
+import numpy as np
+from flask import Response, current_app, request
 
 from service.api.schemas.meta import HealthSchema, IndexSchema
+from service.kernels import attention
 from service.web.blueprint import Blueprint
 from service.web.json_provider import dumps_bytes
+from service.web.metrics import exposition
+from service.web.problems import Problem
 from service.web.spec import API_TITLE, API_VERSION, Api, spec_yaml
 
-blp = Blueprint("meta", __name__, description="Health, the contract and the index.")
+blp = Blueprint("meta", __name__, description="Probes, metrics, the contract and the index.")
 
 YAML_MIMETYPE = "application/yaml"
+METRICS_MIMETYPE = "text/plain"
+
+# The course's worked example: one query over two keys; softmax([0, 1/√2]) weighs the values.
+_READY_QUERY = np.array([0.0, 1.0])
+_READY_KEYS = np.array([[1.0, 0.0], [0.0, 1.0]])
+_READY_VALUES = np.array([[6.0, 0.0], [0.0, 3.0]])
+_READY_WEIGHTS = np.array([1.0, np.exp(2**-0.5)]) / (1.0 + np.exp(2**-0.5))
+
+
+def _alive() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@blp.route("/livez", methods=["GET"])
+@blp.response(200, HealthSchema)
+def livez() -> dict[str, str]:
+    """Liveness: the process is up and answering (restart it when this fails)."""
+    return _alive()
 
 
 @blp.route("/healthz", methods=["GET"])
 @blp.response(200, HealthSchema)
 def healthz() -> dict[str, str]:
-    """Liveness: the process is up and answering."""
+    """Liveness, the older name: the same as ``/livez``."""
+    return _alive()
+
+
+@blp.route("/readyz", methods=["GET"])
+@blp.response(200, HealthSchema)
+@blp.alt_response(503, "SERVICE_UNAVAILABLE")
+def readyz() -> dict[str, str]:
+    """Readiness: a tiny attention computation succeeds and is right (send traffic when this passes)."""
+    result = attention(_READY_QUERY, _READY_KEYS, _READY_VALUES, return_weights=True)
+    if result.weights is None or not np.allclose(result.weights, _READY_WEIGHTS, rtol=1e-12, atol=0.0):
+        raise Problem(503, "The self-check computation gave a wrong answer.", slug="not-ready")
     return {"status": "ok"}
+
+
+@blp.route("/metrics", methods=["GET"])
+@blp.doc(
+    responses={
+        "200": {
+            "description": "Prometheus metrics of every worker, in the text exposition format "
+            "(OpenMetrics when the Accept header asks for it).",
+            "content": {METRICS_MIMETYPE: {"schema": {"type": "string"}}},
+        }
+    }
+)
+def metrics() -> Response:
+    """Prometheus metrics: requests, latency, body sizes and work sizes per endpoint."""
+    return exposition(request.headers.get("Accept"))
 
 
 @blp.route("/openapi.yaml", methods=["GET"])

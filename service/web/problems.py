@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
 from service.web.json_provider import dumps_bytes
+from service.web.request_id import current_request_id
 
 PROBLEM_MIMETYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
@@ -55,6 +56,11 @@ class ProblemSchema(ma.Schema):
         values=ma.fields.List(ma.fields.String()),
         metadata={"description": "Validation messages per offending request field."},
     )
+    request_id = ma.fields.String(
+        metadata={
+            "description": "The request's id, as in the X-Request-ID response header: quote it in reports."
+        }
+    )
 
 
 def problem_response(problem: Problem) -> Response:
@@ -68,6 +74,9 @@ def problem_response(problem: Problem) -> Response:
     }
     if problem.errors is not None:
         body["errors"] = problem.errors
+    request_id = current_request_id()
+    if request_id is not None:
+        body["request_id"] = request_id
     response = Response(dumps_bytes(body), status=problem.status, mimetype=PROBLEM_MIMETYPE)
     response.headers.update(problem.headers)
     return response

@@ -29,3 +29,16 @@ def test_cors_origins_are_a_comma_separated_list() -> None:
 def test_malformed_values_fail_loudly(raw: str) -> None:
     with pytest.raises(ValueError, match="MAX_WORK_ELEMENTS"):
         Settings.from_env({"MAX_WORK_ELEMENTS": raw})
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"), [("1", True), ("on", True), ("TRUE", True), ("0", False), ("no", False)]
+)
+def test_switches_read_common_spellings(raw: str, value: bool) -> None:
+    assert Settings.from_env({"ACCESS_LOG": raw}).access_log is value
+
+
+def test_a_malformed_switch_fails_loudly() -> None:
+    with pytest.raises(ValueError, match="ENABLE_TEST_DELAY"):
+        Settings.from_env({"ENABLE_TEST_DELAY": "maybe"})
+    assert Settings.from_env({}).enable_test_delay is False

@@ -1,0 +1,187 @@
+"""The service as operators run it: gunicorn with gunicorn.conf.py, on a free loopback port.
+
+Each server takes a second or two to start, so tests share one where they can. Slow requests use the
+test-only ``X-Test-Delay`` hook (``ENABLE_TEST_DELAY=1``, off by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.deploy.gunicorn_server import GunicornServer
+
+pytestmark = pytest.mark.gunicorn
+
+SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+SEED_WEIGHTS = [0.3302384506733431, 0.6697615493266569]  # softmax([0, 1/√2])
+
+
+@pytest.fixture(scope="module")
+def metrics_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("metrics")
+    (directory / "counter_999999.db").write_bytes(b"left over by an earlier run")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(metrics_dir: Path) -> Iterator[GunicornServer]:
+    running = GunicornServer(
+        {"ENABLE_TEST_DELAY": "1", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}, workers=2
+    )
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
+def _requests_total(server: GunicornServer, endpoint: str, status: str) -> float:
+    text = httpx.get(server.url("/metrics")).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == "attention_http_requests_total"
+                and labels.get("endpoint") == endpoint
+                and labels.get("status") == status
+            ):
+                return sample.value
+    return 0.0
+
+
+def _access_lines(server: GunicornServer) -> list[dict[str, object]]:
+    return [json.loads(line) for line in list(server.stdout) if line.startswith("{")]
+
+
+@pytest.mark.parametrize("path", ["/livez", "/readyz", "/healthz"])
+def test_probes(server: GunicornServer, path: str) -> None:
+    response = httpx.get(server.url(path))
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_the_seed_example(server: GunicornServer) -> None:
+    response = httpx.post(server.url("/v1/attention"), json=SEED)
+    assert response.status_code == 200
+    assert response.json()["weights"] == pytest.approx(SEED_WEIGHTS, rel=1e-12)
+
+
+def test_stale_metric_files_were_cleaned_at_start(server: GunicornServer, metrics_dir: Path) -> None:
+    assert not (metrics_dir / "counter_999999.db").exists()
+
+
+def test_metrics_count_requests_across_both_workers(server: GunicornServer) -> None:
+    before = _requests_total(server, "/v1/softmax", "200")
+    ids = [f"metrics-{n}" for n in range(4)]
+
+    def call(request_id: str) -> int:
+        headers = {"X-Request-ID": request_id, "X-Test-Delay": "0.4"}
+        return httpx.post(server.url("/v1/softmax"), json={"logits": [1.0, 2.0]}, headers=headers).status_code
+
+    # four held requests at once on two single-threaded workers: both workers must take some
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(call, ids)) == [200] * 4
+    served_by = {line["pid"] for line in _access_lines(server) if line["request_id"] in ids}
+    assert len(served_by) == 2
+    assert served_by <= server.worker_pids()
+    assert _requests_total(server, "/v1/softmax", "200") - before == 4
+
+
+def test_request_id_is_echoed_and_logged(server: GunicornServer) -> None:
+    response = httpx.post(
+        server.url("/v1/softmax"), json={"logits": "x"}, headers={"X-Request-ID": "gunicorn-echo-1"}
+    )
+    assert response.status_code == 422
+    assert response.headers["X-Request-ID"] == "gunicorn-echo-1"
+    assert response.json()["request_id"] == "gunicorn-echo-1"
+    server.wait_for(
+        lambda: any(line["request_id"] == "gunicorn-echo-1" for line in _access_lines(server)), "the log line"
+    )
+    (line,) = [line for line in _access_lines(server) if line["request_id"] == "gunicorn-echo-1"]
+    assert (line["method"], line["path"], line["status"]) == ("POST", "/v1/softmax", 422)
+    assert line["bytes"] == len(response.content)
+    # gunicorn's own access log is off: the request appears once, as JSON
+    assert not any("gunicorn-echo-1" in err for err in server.stderr)
+
+
+def test_cors_preflight(server: GunicornServer) -> None:
+    response = httpx.options(
+        server.url("/v1/attention"),
+        headers={
+            "Origin": "https://widget.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "Content-Type, X-Request-ID",
+        },
+    )
+    assert response.status_code == 200
+    assert response.headers["Access-Control-Allow-Origin"] == "*"
+    assert response.headers["Access-Control-Max-Age"] == "600"
+    assert "x-request-id" in response.headers["Access-Control-Allow-Headers"].lower()
+
+
+def test_api_keys_accept_and_reject() -> None:
+    server = GunicornServer({"API_KEYS": "alpha-key,beta-key"}, workers=1)
+    try:
+        url = server.url("/v1/attention")
+        accepted = httpx.post(url, json=SEED, headers={"Authorization": "Bearer beta-key"})
+        assert accepted.status_code == 200
+        assert accepted.json()["weights"] == pytest.approx(SEED_WEIGHTS, rel=1e-12)
+        refused = httpx.post(url, json=SEED, headers={"Authorization": "Bearer gamma-key"})
+        assert refused.status_code == 401
+        assert refused.headers["Content-Type"] == "application/problem+json"
+        assert refused.headers["WWW-Authenticate"].startswith("Bearer")
+        assert httpx.post(url, json=SEED).status_code == 401
+        assert httpx.get(server.url("/readyz")).status_code == 200
+        assert httpx.get(server.url("/metrics")).status_code == 200
+    finally:
+        assert server.terminate() == 0, server.log()
+
+
+def test_sigterm_lets_the_request_in_flight_finish_and_exits_0() -> None:
+    server = GunicornServer({"ENABLE_TEST_DELAY": "1"}, workers=1)
+    answer: dict[str, httpx.Response] = {}
+
+    def slow_call() -> None:
+        answer["response"] = httpx.post(
+            server.url("/v1/attention"), json=SEED, headers={"X-Test-Delay": "1.5"}, timeout=30
+        )
+
+    caller = threading.Thread(target=slow_call)
+    caller.start()
+    server.wait_for(lambda: server.stderr_contains("test delay: holding"), "the request to be in flight")
+    assert server.terminate() == 0, server.log()
+    caller.join(timeout=30)
+    response = answer["response"]
+    assert response.status_code == 200
+    assert response.json()["weights"] == pytest.approx(SEED_WEIGHTS, rel=1e-12)
+    assert server.stderr_contains("Shutting down: Master")
+
+
+def test_a_killed_worker_is_replaced_while_the_service_keeps_answering() -> None:
+    server = GunicornServer(workers=2)
+    try:
+        before = server.worker_pids()
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        statuses = []
+
+        def replaced() -> bool:
+            statuses.append(httpx.post(server.url("/v1/softmax"), json={"logits": [0.0, 1.0]}).status_code)
+            pids = server.worker_pids()
+            return len(pids) == 2 and victim not in pids
+
+        server.wait_for(replaced, "a replacement worker", timeout=30)
+        assert statuses
+        assert set(statuses) == {200}
+        for _ in range(10):
+            assert httpx.get(server.url("/readyz")).status_code == 200
+        assert len(server.worker_pids() - before) == 1
+    finally:
+        assert server.terminate() == 0, server.log()

@@ -1,0 +1,41 @@
+"""The access log: exactly one JSON line per request on stdout, with the fields operators correlate on."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from flask.testing import FlaskClient
+
+from service import create_app
+
+
+def _lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_one_json_line_per_request(client: FlaskClient, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    body = b'{"logits": [1.0, 2.0]}'
+    response = client.post(
+        "/v1/softmax", data=body, content_type="application/json", headers={"X-Request-ID": "log-1"}
+    )
+    client.get("/nowhere", headers={"X-Request-ID": "log-2"})
+    first, second = _lines(capsys.readouterr().out)
+    assert first["logger"] == "service.access"
+    assert first["method"] == "POST"
+    assert first["path"] == "/v1/softmax"
+    assert first["status"] == 200
+    assert first["request_id"] == "log-1"
+    assert first["bytes"] == len(response.get_data())
+    assert first["request_bytes"] == len(body)
+    assert isinstance(first["duration_ms"], float)
+    assert first["duration_ms"] >= 0
+    assert (second["path"], second["status"], second["request_id"]) == ("/nowhere", 404, "log-2")
+
+
+def test_access_log_can_be_turned_off(capsys: pytest.CaptureFixture[str]) -> None:
+    client = create_app({"TESTING": True, "ACCESS_LOG": False}).test_client()
+    capsys.readouterr()
+    assert client.get("/livez").status_code == 200
+    assert capsys.readouterr().out == ""
