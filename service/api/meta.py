@@ -1,11 +1,12 @@
-"""GET /healthz, /openapi.yaml, /openapi.json and the JSON index at /."""
+"""GET /healthz, /openapi.yaml, /openapi.json and / (the JSON index, or the playground for browsers)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Response, current_app
+from flask import Response, current_app, request
 
+from service.api.pages import STATIC_DIR, send_page
 from service.api.schemas.meta import HealthSchema, IndexSchema
 from service.web.blueprint import Blueprint
 from service.web.json_provider import dumps_bytes
@@ -14,6 +15,7 @@ from service.web.spec import API_TITLE, API_VERSION, Api, spec_yaml
 blp = Blueprint("meta", __name__, description="Health, the contract and the index.")
 
 YAML_MIMETYPE = "application/yaml"
+HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
 
 
 @blp.route("/healthz", methods=["GET"])
@@ -41,9 +43,30 @@ def openapi_json() -> Response:
 
 @blp.route("/", methods=["GET"])
 @blp.response(200, IndexSchema)
-def index() -> dict[str, Any]:
-    """A small index of the endpoints."""
-    return {"name": API_TITLE, "version": API_VERSION, "endpoints": _contract()["endpoints"]}
+@blp.doc(
+    responses={
+        "200": {
+            "description": "The index as JSON; browsers asking for text/html get the playground page.",
+            "content": {
+                "application/json": {"schema": IndexSchema},
+                "text/html": {"schema": {"type": "string"}},
+            },
+        }
+    }
+)
+def index() -> Any:
+    """The index of the endpoints, or the playground when the client prefers HTML (a browser)."""
+    # JSON first: clients that send no Accept header, or */*, keep getting the index.
+    if request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html":
+        page = send_page(STATIC_DIR, "index.html")
+        page.vary.add("Accept")
+        return page
+    index = Response(
+        dumps_bytes({"name": API_TITLE, "version": API_VERSION, "endpoints": _contract()["endpoints"]}),
+        mimetype="application/json",
+    )
+    index.vary.add("Accept")
+    return index
 
 
 def _contract() -> dict[str, Any]:
@@ -52,11 +75,12 @@ def _contract() -> dict[str, Any]:
     if not cache:
         api: Api = current_app.extensions["attention_api"]
         spec = api.spec.to_dict()
-        cache["yaml"] = spec_yaml(api)
-        cache["json"] = dumps_bytes(spec)
-        cache["endpoints"] = [
+        # A path item also holds shared "parameters"; only its HTTP methods are operations.
+        endpoints = [
             {"method": method.upper(), "path": path, "summary": operation.get("summary", "")}
             for path, operations in spec["paths"].items()
             for method, operation in operations.items()
+            if method in HTTP_METHODS
         ]
+        cache.update(yaml=spec_yaml(api), json=dumps_bytes(spec), endpoints=endpoints)
     return cache

@@ -1,0 +1,107 @@
+"""The pages for people: the playground's files under /static and Swagger UI at /docs, all served locally."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from flask import Response, render_template, send_from_directory
+
+from service.web.blueprint import Blueprint
+from service.web.problems import Problem
+
+blp = Blueprint("pages", __name__, description="The playground, its widgets and the interactive API docs.")
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+# flask-swagger-ui is used only for the Swagger UI files it ships (its own blueprint would template a page).
+SWAGGER_UI_DIR = Path(str(files("flask_swagger_ui") / "dist"))
+SWAGGER_UI_VERSION = version("flask-swagger-ui")  # its releases follow Swagger UI's own numbers
+
+# Content types by suffix, stated here rather than guessed: Python 3.11's table says application/javascript,
+# and browsers only run ES modules served with a JavaScript type. Other suffixes are not served.
+CONTENT_TYPES = {
+    ".html": "text/html",
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+}
+
+# Unversioned URLs are revalidated soon after a deploy; the pinned Swagger UI bundle never changes at its URL.
+STATIC_MAX_AGE = 300
+IMMUTABLE_MAX_AGE = 365 * 24 * 3600
+
+# The pages load nothing from elsewhere; the browser enforces it. Swagger UI sets inline styles and shows
+# the schema's data: images; the playground talks to this origin only.
+PAGE_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; frame-ancestors 'self'"
+)
+
+
+def _content(description: str, *media_types: str) -> dict[str, Any]:
+    def schema(media_type: str) -> dict[str, str]:
+        return (
+            {"type": "string"} if media_type.startswith("text/") else {"type": "string", "format": "binary"}
+        )
+
+    return {
+        "description": description,
+        "content": {media_type: {"schema": schema(media_type)} for media_type in media_types},
+    }
+
+
+def send_page(directory: Path, filename: str) -> Response:
+    """An HTML page: always revalidated, and fenced in by the content security policy."""
+    response = send_from_directory(directory, filename, mimetype="text/html", max_age=0)
+    response.headers["Content-Security-Policy"] = PAGE_CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _send_asset(directory: Path, filename: str, *, max_age: int) -> Response:
+    content_type = CONTENT_TYPES.get(Path(filename).suffix)
+    if content_type is None:
+        raise Problem(404, f"There is no file {filename!r} here.", slug="not-found")
+    response = send_from_directory(directory, filename, mimetype=content_type, max_age=max_age)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    if max_age == IMMUTABLE_MAX_AGE:
+        response.headers["Cache-Control"] += ", immutable"
+    return response
+
+
+@blp.route("/static/<path:filename>", methods=["GET"])
+@blp.doc(
+    summary="The playground's files: widgets.js (the widgets), client.js (the JS client), the page's styles.",
+    responses={"200": _content("The file.", *dict.fromkeys(CONTENT_TYPES.values()))},
+)
+def static_file(filename: str) -> Response:
+    """The widgets (``widgets.js``), the JS client (``client.js``) and the playground's own files."""
+    return _send_asset(STATIC_DIR, filename, max_age=STATIC_MAX_AGE)
+
+
+@blp.route("/docs", methods=["GET"])
+@blp.doc(responses={"200": _content("Swagger UI for this contract.", "text/html")})
+def docs() -> Response:
+    """Interactive documentation of this contract (Swagger UI, served from this service)."""
+    response = Response(render_template("docs.html", swagger_ui=f"/docs/swagger-ui/{SWAGGER_UI_VERSION}"))
+    response.headers["Cache-Control"] = "no-cache"
+    response.headers["Content-Security-Policy"] = PAGE_CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+@blp.route("/docs/swagger-ui/<version>/<filename>", methods=["GET"])
+@blp.doc(
+    summary="Swagger UI's files, at the pinned version.",
+    responses={"200": _content("The file.", "text/javascript", "text/css", "image/png")},
+)
+def swagger_ui_file(version: str, filename: str) -> Response:
+    """Swagger UI's bundle and styles; the URL names the version, so they may be cached for good."""
+    if version != SWAGGER_UI_VERSION:
+        raise Problem(
+            404, f"This service ships Swagger UI {SWAGGER_UI_VERSION}, not {version}.", slug="not-found"
+        )
+    return _send_asset(SWAGGER_UI_DIR, filename, max_age=IMMUTABLE_MAX_AGE)
