@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
 from importlib.metadata import version
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from flask import Response, render_template, send_from_directory
+from flask import Response, render_template, request
+from werkzeug.security import safe_join
 
 from service.web.blueprint import Blueprint
 from service.web.problems import Problem
@@ -41,6 +44,9 @@ PAGE_CSP = (
 )
 
 
+NOT_MODIFIED = {"description": "Not modified: the If-None-Match ETag is current."}
+
+
 def _content(description: str, *media_types: str) -> dict[str, Any]:
     def schema(media_type: str) -> dict[str, str]:
         return (
@@ -53,11 +59,34 @@ def _content(description: str, *media_types: str) -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=64)
+def _read(directory: Path, filename: str) -> tuple[bytes, str]:
+    """A shipped file's bytes and ETag, read once: the files are small and never change while serving."""
+    path = safe_join(str(directory), filename)
+    if path is None or not Path(path).is_file():
+        raise Problem(404, f"There is no file {filename!r} here.", slug="not-found")
+    body = Path(path).read_bytes()
+    return body, hashlib.sha256(body).hexdigest()[:32]
+
+
+def _send(directory: Path, filename: str, content_type: str, *, max_age: int) -> Response:
+    body, etag = _read(directory, filename)
+    response = Response(body, mimetype=content_type)
+    response.set_etag(etag)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    if max_age == 0:
+        response.headers["Cache-Control"] = "no-cache"
+    else:
+        immutable = ", immutable" if max_age == IMMUTABLE_MAX_AGE else ""
+        response.headers["Cache-Control"] = f"public, max-age={max_age}{immutable}"
+    response.make_conditional(request)  # 304 for a matching If-None-Match
+    return response
+
+
 def send_page(directory: Path, filename: str) -> Response:
     """An HTML page: always revalidated, and fenced in by the content security policy."""
-    response = send_from_directory(directory, filename, mimetype="text/html", max_age=0)
+    response = _send(directory, filename, "text/html", max_age=0)
     response.headers["Content-Security-Policy"] = PAGE_CSP
-    response.headers["X-Content-Type-Options"] = "nosniff"
     return response
 
 
@@ -65,17 +94,13 @@ def _send_asset(directory: Path, filename: str, *, max_age: int) -> Response:
     content_type = CONTENT_TYPES.get(Path(filename).suffix)
     if content_type is None:
         raise Problem(404, f"There is no file {filename!r} here.", slug="not-found")
-    response = send_from_directory(directory, filename, mimetype=content_type, max_age=max_age)
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    if max_age == IMMUTABLE_MAX_AGE:
-        response.headers["Cache-Control"] += ", immutable"
-    return response
+    return _send(directory, filename, content_type, max_age=max_age)
 
 
 @blp.route("/static/<path:filename>", methods=["GET"])
 @blp.doc(
     summary="The playground's files: widgets.js (the widgets), client.js (the JS client), the page's styles.",
-    responses={"200": _content("The file.", *dict.fromkeys(CONTENT_TYPES.values()))},
+    responses={"200": _content("The file.", *dict.fromkeys(CONTENT_TYPES.values())), "304": NOT_MODIFIED},
 )
 def static_file(filename: str) -> Response:
     """The widgets (``widgets.js``), the JS client (``client.js``) and the playground's own files."""
@@ -96,7 +121,7 @@ def docs() -> Response:
 @blp.route("/docs/swagger-ui/<version>/<filename>", methods=["GET"])
 @blp.doc(
     summary="Swagger UI's files, at the pinned version.",
-    responses={"200": _content("The file.", "text/javascript", "text/css", "image/png")},
+    responses={"200": _content("The file.", "text/javascript", "text/css", "image/png"), "304": NOT_MODIFIED},
 )
 def swagger_ui_file(version: str, filename: str) -> Response:
     """Swagger UI's bundle and styles; the URL names the version, so they may be cached for good."""
