@@ -10,6 +10,7 @@ import json
 import math
 import urllib.request
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,20 +141,24 @@ def test_likelihood_perplexity_is_the_services(page: Any, base_url: str, watch: 
     assert ranks == expected["ranks"][1:]
 
 
-EMBED_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Someone else's page</title>
-<link rel="icon" href="data:,"><script type="module" src="{api}/static/widgets.js"></script></head><body>
-<h1>A page on another origin</h1>
-<softmax-temperature api="{api}" data='{{"tokens": ["yes", "no", "maybe"], "logits": [2.0, 1.0, 0.1]}}'>
-</softmax-temperature>
-<attention-heatmap api="{api}" data='{{"tokens": ["a", "b"], "query": [[0, 1], [1, 0]],
-  "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}}'>
-</attention-heatmap></body></html>"""
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_ORIGIN = "https://attention.example"
+
+
+def readme_embed_snippet() -> str:
+    """The README's copy-paste HTML for embedding the widgets, exactly as a reader would paste it."""
+    return README.read_text().split("```html\n", 1)[1].split("```", 1)[0]
 
 
 @pytest.fixture
 def embed_url(base_url: str) -> Iterator[str]:
-    """A second loopback origin serving a static page that embeds widgets backed by the service."""
-    body = EMBED_PAGE.format(api=base_url).encode()
+    """A second loopback origin serving someone else's page: the README's snippet, pointed at the service."""
+    snippet = readme_embed_snippet().replace(README_ORIGIN, base_url)
+    body = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Someone else\'s page</title>'
+        '<link rel="icon" href="data:,"></head>'
+        f"<body><h1>A page on another origin</h1>{snippet}</body></html>"
+    ).encode()
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
@@ -162,18 +167,54 @@ def embed_url(base_url: str) -> Iterator[str]:
     yield from serve(app)
 
 
-def test_widgets_embedded_on_another_origin_work(
+def test_the_readme_widgets_work_embedded_on_another_origin(
     page: Any, base_url: str, embed_url: str, watch: Watch
 ) -> None:
     assert embed_url != base_url
     page.goto(embed_url + "/")
-    page.wait_for_selector(f"{SOFTMAX}[data-state=ready]", state="attached")
-    page.wait_for_selector(f"{ATTENTION}[data-state=ready]", state="attached")
+    for widget in (ATTENTION, SOFTMAX, LIKELIHOOD):
+        page.wait_for_selector(f"{widget}[data-state=ready]", state="attached")
     expected = post(base_url, "/v1/softmax", {"logits": [2.0, 1.0, 0.1], "temperature": 1})
     shown = [text.strip() for text in page.locator(f"{SOFTMAX} .probability").all_inner_texts()]
     assert shown == [f"{p:.4f}" for p in expected["probabilities"]]
-    assert matrix(page, "weights")[1] == ["0.6698", "0.3302"]
-    assert all(url.startswith(base_url) for _, url, _ in watch.requests if "/v1/" in url)
+    sent = json.loads(watch.posts_to("/v1/attention")[0] or "{}")
+    assert sent["causal"] is True
+    weights = post(base_url, "/v1/attention", {**sent, "include": ["weights"]})["weights"]
+    assert matrix(page, "weights") == [[f"{w:.4f}" for w in row] for row in weights]
+    assert weights[0][1:] == [0.0, 0.0]
+    sent = json.loads(watch.posts_to("/v1/log-likelihood")[0] or "{}")
+    perplexity = post(base_url, "/v1/log-likelihood", sent)["perplexity"]
+    assert page.locator(f"{LIKELIHOOD} .perplexity").inner_text() == f"{perplexity:.4f}"
+    assert all(url.startswith(base_url) for method, url, _ in watch.requests if method == "POST")
+
+
+def test_the_js_client_from_another_origin_answers_and_names_refused_fields(
+    page: Any, base_url: str, embed_url: str, watch: Watch
+) -> None:
+    watch.expected.append("status of 422")  # the refusal below is on purpose
+    page.goto(embed_url + "/")
+    result = page.evaluate(
+        """async base => {
+            const { attention, ApiError } = await import(base + "/static/client.js");
+            const ok = await attention({ query: [0, 1], key: [[1, 0], [0, 1]], value: [[6, 0], [0, 3]] });
+            try {
+                await attention({ query: [0, 1], key: [[1, 0, 0], [0, 1, 0]], value: [[6, 0], [0, 3]] });
+                return { ok, refused: null };
+            } catch (error) {
+                return { ok, refused: { isApiError: error instanceof ApiError, status: error.status,
+                                        key: error.messagesFor("key"), message: error.message } };
+            }
+        }""",
+        base_url,
+    )
+    assert result["ok"] == post(
+        base_url, "/v1/attention", {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    )
+    refused = result["refused"]
+    assert refused["isApiError"] is True
+    assert refused["status"] == 422
+    assert refused["key"] == ["key has d_k=3 but query has d_k=2 (query shape [2], key shape [2, 3])"]
+    assert "d_k=3" in refused["message"]
 
 
 def test_docs_render_and_try_it_out_runs_the_attention_example(page: Any, base_url: str) -> None:
