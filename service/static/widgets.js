@@ -312,17 +312,18 @@ export class AttentionHeatmap extends ServiceWidget {
         h("option", { value: "upper_left", text: "upper left (query i sees keys 0…i)", selected: s.alignment === "upper_left" }),
       );
       controls.push(this.control("Causal alignment", alignment, { field: "causal_alignment" }));
+      const laterScale = debounce(() => this.refresh(), 300);
       const scale = h("input", {
         type: "text",
         inputmode: "decimal",
         size: 8,
         placeholder: "1/√d_k",
         value: s.scale ?? "",
-        oninput: debounce((event) => {
+        oninput: (event) => {
           const text = event.target.value.trim();
           this.state.scale = text === "" ? null : parseNumbers(text)[0];
-          this.refresh();
-        }, 300),
+          laterScale();
+        },
       });
       controls.push(this.control("Scale", scale, { field: "scale", hint: "empty = 1/√d_k" }));
     }
@@ -729,11 +730,13 @@ export class TokenLikelihood extends ServiceWidget {
     this.output = h("div", { class: "result", "aria-live": "polite" });
     const editors = [];
     if (this.hasControls && !data.logits) {
+      const later = debounce(() => this.refresh(), 300);
       const text = h("textarea", {
         rows: 2,
         cols: 48,
         text: data.text,
-        oninput: debounce((event) => ((this.state.text = event.target.value), this.refresh()), 300),
+        // Read the value now: once dispatch ends, an event from a shadow tree no longer has a target.
+        oninput: (event) => ((this.state.text = event.target.value), later()),
       });
       editors.push(this.control("Text", text, { field: "targets", hint: "scored by a bigram model of the built-in text" }));
       this.errorSlots.set("logits", this.errorSlots.get("targets"));
@@ -750,7 +753,13 @@ export class TokenLikelihood extends ServiceWidget {
 
   refresh() {
     const { tokens, vocabulary, logits, targets } = this.request();
-    const body = { logits: logits.length ? logits : [[]], targets, shift: true, top_logprobs: 3 };
+    if (tokens.length < 2) {
+      // With the causal shift the first token is never scored: one token leaves nothing to ask about.
+      this.output.replaceChildren();
+      this.generalError.textContent = "Type at least two words: the first one is only context.";
+      return;
+    }
+    const body = { logits, targets, shift: true, top_logprobs: 3 };
     this.run((options) => logLikelihood(body, options), (answer) => this.show(answer, tokens, vocabulary));
   }
 

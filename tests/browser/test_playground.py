@@ -33,8 +33,9 @@ def post(base_url: str, path: str, body: Any) -> Any:
 def answered(page: Any, widget: str, action: Callable[[], None]) -> Any:
     """Run ``action`` and wait for ``widget``'s next rendered answer from the service; returns it."""
     page.evaluate(
-        """name => { window.__answer = new Promise(resolve => document.querySelector(name)
-             .addEventListener("answer", e => resolve(e.detail), {once: true})); }""",
+        """name => { window.__answer = new Promise((resolve, reject) => {
+             document.querySelector(name).addEventListener("answer", e => resolve(e.detail), {once: true});
+             setTimeout(() => reject(new Error(name + " drew no new answer within 15 s")), 15000); }); }""",
         widget,
     )
     action()
@@ -91,6 +92,20 @@ def test_causal_toggle_zeroes_every_weight_above_the_diagonal(page: Any, base_ur
     assert weights[0][0] == "1.0000"
 
 
+def test_hiding_a_key_and_setting_the_scale_are_the_services_answers(page: Any, base_url: str) -> None:
+    open_playground(page, base_url)
+    answered(page, ATTENTION, lambda: page.get_by_label("k₂ (2)").uncheck())
+    assert matrix(page, "masked")[0][1] == "−∞"
+    assert matrix(page, "weights") == [["1.0000", "0.0000"]]
+    assert matrix(page, "output") == [["6.0000", "0.0000"]]
+    answered(page, ATTENTION, lambda: page.get_by_label("k₂ (2)").check())
+    answered(page, ATTENTION, lambda: page.get_by_label("Scale").fill("2"))
+    worked = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]], "scale": 2}
+    expected = post(base_url, "/v1/attention", worked)
+    assert matrix(page, "scaled") == [["0.0000", "2.0000"]]
+    assert matrix(page, "weights") == [[f"{w:.4f}" for w in expected["weights"]]]
+
+
 def test_api_errors_appear_beside_the_control_that_caused_them(
     page: Any, base_url: str, watch: Watch
 ) -> None:
@@ -139,6 +154,30 @@ def test_likelihood_perplexity_is_the_services(page: Any, base_url: str, watch: 
         for r in page.locator(f"{LIKELIHOOD} .tok[data-rank]").evaluate_all("s => s.map(x => x.dataset.rank)")
     ]
     assert ranks == expected["ranks"][1:]
+
+
+def test_typing_a_sentence_rescores_it(page: Any, base_url: str, watch: Watch) -> None:
+    open_playground(page, base_url)
+    text = page.get_by_label("Text", exact=True)
+    answered(page, LIKELIHOOD, lambda: text.fill("the dog sat on the mat ."))
+    sent = json.loads(watch.posts_to("/v1/log-likelihood")[-1] or "{}")
+    assert len(sent["targets"]) == 7
+    expected = post(base_url, "/v1/log-likelihood", sent)
+    assert page.locator(f"{LIKELIHOOD} .perplexity").inner_text() == f"{expected['perplexity']:.4f}"
+    assert page.locator(f"{LIKELIHOOD} .tok").all_inner_texts() == [
+        "the",
+        "dog",
+        "sat",
+        "on",
+        "the",
+        "mat",
+        ".",
+    ]
+    posts = len(watch.posts_to("/v1/log-likelihood"))
+    text.fill("the")
+    message = page.locator(f"{LIKELIHOOD} .general")
+    message.filter(has_text="at least two words").wait_for()
+    assert len(watch.posts_to("/v1/log-likelihood")) == posts  # nothing to score, nothing asked
 
 
 README = Path(__file__).resolve().parents[2] / "README.md"
