@@ -507,7 +507,7 @@ export class AttentionHeatmap extends ServiceWidget {
     ];
     const empty = final.empty_rows.map((index) => rows[index[index.length - 1]]);
     this.output.replaceChildren(
-      h("p", { class: "muted", text: `Rows are queries, columns are keys; scale used: ${scale}. Hover a cell for its value.` }),
+      h("p", { class: "muted", text: `Rows are queries, columns are keys; scale used: ${scale}. Scores are coloured from their smallest to their largest value, weights from 0 to 1. Hover a cell for its value.` }),
       h("div", { class: "grid" }, ...steps),
       h("div", { class: "legend", "aria-hidden": "true" }, h("span", { text: "weight 0" }), h("span", { class: "ramp" }), h("span", { text: "1" })),
       ...(empty.length ? [h("p", { class: "muted", text: `No visible key for ${empty.join(", ")}: its weights and output are zero.` })] : []),
