@@ -10,7 +10,7 @@ PORT   ?= 8000
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP     := $(VENV)/.dev-installed
 
-.PHONY: run test lint typecheck check openapi clean soak kubernetes-validate container-smoke
+.PHONY: run test lint typecheck check openapi clean soak kubernetes-validate container-smoke screenshots
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,9 @@ check: lint typecheck test
 
 openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas
 	$(BIN)/python -m service.contract > openapi.yaml
+
+screenshots: $(DEV_STAMP)  ## refresh the README's screenshots in docs/ (headless Chromium)
+	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser -k "screenshot or docs_render"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

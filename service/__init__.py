@@ -21,14 +21,14 @@ from service.web.test_delay import install_test_delay
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app: settings from the environment, then ``config`` on top (tests pass overrides here)."""
-    app = Flask(__name__)
+    app = Flask(__name__, static_folder=None)  # /static is served by service.api.pages
     app.json = OrjsonProvider(app)
     app.config.update(Settings.from_env().as_flask_config())
     app.config.update(SPEC_CONFIG)
     if config is not None:
         app.config.update(config)
 
-    from service.api import attention, likelihood, meta, softmax
+    from service.api import attention, likelihood, meta, pages, softmax
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
     install_request_ids(app)
@@ -45,5 +45,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     api.register_blueprint(softmax.blp)
     api.register_blueprint(likelihood.blp)
     api.register_blueprint(meta.blp)
+    api.register_blueprint(pages.blp)
     enable_cors(app)
     return app

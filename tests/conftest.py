@@ -25,7 +25,8 @@ CONTRACT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
 
 @cache
 def contract() -> OpenAPI:
-    config = Config(extra_media_type_deserializers={"application/problem+json": json.loads})
+    text = {media_type: bytes.decode for media_type in ("text/html", "text/javascript", "text/css")}
+    config = Config(extra_media_type_deserializers={"application/problem+json": json.loads, **text})
     return OpenAPI.from_file_path(str(CONTRACT_PATH), config=config)
 
 

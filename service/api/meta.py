@@ -1,4 +1,5 @@
-"""Probes (/livez, /readyz, /healthz), /metrics, /openapi.yaml, /openapi.json and the JSON index at /."""
+"""Probes (/livez, /readyz, /healthz), /metrics, the contract, and / (the JSON index, or the playground
+for browsers)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 import numpy as np
 from flask import Response, current_app, request
 
+from service.api.pages import STATIC_DIR, send_page
 from service.api.schemas.meta import HealthSchema, IndexSchema
 from service.kernels import attention
 from service.web.blueprint import Blueprint
@@ -19,6 +21,7 @@ blp = Blueprint("meta", __name__, description="Probes, metrics, the contract and
 
 YAML_MIMETYPE = "application/yaml"
 METRICS_MIMETYPE = "text/plain"
+HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
 
 # The course's worked example: one query over two keys; softmax([0, 1/√2]) weighs the values.
 _READY_QUERY = np.array([0.0, 1.0])
@@ -89,9 +92,30 @@ def openapi_json() -> Response:
 
 @blp.route("/", methods=["GET"])
 @blp.response(200, IndexSchema)
-def index() -> dict[str, Any]:
-    """A small index of the endpoints."""
-    return {"name": API_TITLE, "version": API_VERSION, "endpoints": _contract()["endpoints"]}
+@blp.doc(
+    responses={
+        "200": {
+            "description": "The index as JSON; browsers asking for text/html get the playground page.",
+            "content": {
+                "application/json": {"schema": IndexSchema},
+                "text/html": {"schema": {"type": "string"}},
+            },
+        }
+    }
+)
+def index() -> Any:
+    """The index of the endpoints, or the playground when the client prefers HTML (a browser)."""
+    # JSON first: clients that send no Accept header, or */*, keep getting the index.
+    if request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html":
+        page = send_page(STATIC_DIR, "index.html")
+        page.vary.add("Accept")
+        return page
+    index = Response(
+        dumps_bytes({"name": API_TITLE, "version": API_VERSION, "endpoints": _contract()["endpoints"]}),
+        mimetype="application/json",
+    )
+    index.vary.add("Accept")
+    return index
 
 
 def _contract() -> dict[str, Any]:
@@ -100,11 +124,12 @@ def _contract() -> dict[str, Any]:
     if not cache:
         api: Api = current_app.extensions["attention_api"]
         spec = api.spec.to_dict()
-        cache["yaml"] = spec_yaml(api)
-        cache["json"] = dumps_bytes(spec)
-        cache["endpoints"] = [
+        # A path item also holds shared "parameters"; only its HTTP methods are operations.
+        endpoints = [
             {"method": method.upper(), "path": path, "summary": operation.get("summary", "")}
             for path, operations in spec["paths"].items()
             for method, operation in operations.items()
+            if method in HTTP_METHODS
         ]
+        cache.update(yaml=spec_yaml(api), json=dumps_bytes(spec), endpoints=endpoints)
     return cache

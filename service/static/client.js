@@ -1,0 +1,74 @@
+// A small client for the attention service: one async function per endpoint.
+//
+//   import { attention, softmax, logLikelihood, ApiError } from "http://HOST/static/client.js";
+//   const answer = await attention({ query: [0, 1], key: [[1, 0], [0, 1]], value: [[6, 0], [0, 3]] });
+//
+// Every function takes the request body (as in openapi.yaml) and options { baseUrl, signal }, and resolves
+// to the response body. A refused request (application/problem+json) rejects with an ApiError that carries
+// the HTTP status and the messages per request field; a service that cannot be reached rejects with an
+// ApiError of status 0.
+
+/** The service this module was served from: the default base URL of every call. */
+export const DEFAULT_BASE_URL = new URL("..", import.meta.url).href.replace(/\/$/, "");
+
+/** A refused request: `status`, `title`, `detail` and `fields` ({ field: [messages] }) from problem+json. */
+export class ApiError extends Error {
+  constructor({ status, title, detail, fields = {}, type = "about:blank" }) {
+    super(detail || title || `The service answered ${status}.`);
+    this.name = "ApiError";
+    this.status = status;
+    this.title = title;
+    this.detail = detail;
+    this.type = type;
+    this.fields = fields;
+  }
+
+  /** The messages about one request field (an empty list when there are none). */
+  messagesFor(field) {
+    return this.fields[field] ?? [];
+  }
+}
+
+async function post(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
+  const url = `${baseUrl.replace(/\/$/, "")}${path}`;
+  let response;
+  try {
+    response = await fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      body: JSON.stringify(body),
+      signal,
+    });
+  } catch (error) {
+    if (error.name === "AbortError") throw error;
+    throw new ApiError({ status: 0, title: "Service unreachable", detail: `Could not reach the service at ${url}.` });
+  }
+  const type = response.headers.get("Content-Type") || "";
+  const answer = type.includes("json") ? await response.json() : null;
+  if (response.ok && answer !== null) return answer;
+  if (answer !== null && type.includes("application/problem+json")) {
+    throw new ApiError({
+      status: answer.status ?? response.status,
+      title: answer.title,
+      detail: answer.detail,
+      fields: answer.errors ?? {},
+      type: answer.type,
+    });
+  }
+  throw new ApiError({ status: response.status, title: response.statusText, detail: `The service answered ${response.status}.` });
+}
+
+/** POST /v1/attention: {query, key, value, mask?, causal?, causal_alignment?, bias?, scale?, empty_rows?, include?, precision?}. */
+export function attention(body, options) {
+  return post("/v1/attention", body, options);
+}
+
+/** POST /v1/softmax: {logits, temperature?, mask?, top_k?, top_p?, include?, precision?}. */
+export function softmax(body, options) {
+  return post("/v1/softmax", body, options);
+}
+
+/** POST /v1/log-likelihood: {logits, targets, shift?, ignore_index?, temperature?, top_logprobs?, precision?}. */
+export function logLikelihood(body, options) {
+  return post("/v1/log-likelihood", body, options);
+}

@@ -1,0 +1,308 @@
+"""The playground, the embedded widgets and /docs in real Chromium; every number checked against the API.
+
+The expected values come from the service's own answers (sent again by the test with urllib) or, for the
+worked example, from the course: softmax([0, 1/√2]) = [0.3302, 0.6698].
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import Watch, serve
+
+ATTENTION = "attention-heatmap"
+SOFTMAX = "softmax-temperature"
+LIKELIHOOD = "token-likelihood"
+
+
+def post(base_url: str, path: str, body: Any) -> Any:
+    request = urllib.request.Request(
+        base_url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def answered(page: Any, widget: str, action: Callable[[], None]) -> Any:
+    """Run ``action`` and wait for ``widget``'s next rendered answer from the service; returns it."""
+    page.evaluate(
+        """name => { window.__answer = new Promise((resolve, reject) => {
+             document.querySelector(name).addEventListener("answer", e => resolve(e.detail), {once: true});
+             setTimeout(() => reject(new Error(name + " drew no new answer within 15 s")), 15000); }); }""",
+        widget,
+    )
+    action()
+    return page.evaluate("window.__answer")
+
+
+def open_playground(page: Any, base_url: str) -> None:
+    page.goto(base_url + "/")
+    for widget in (ATTENTION, SOFTMAX, LIKELIHOOD):
+        page.wait_for_selector(f"{widget}[data-state=ready]", state="attached")
+
+
+def matrix(page: Any, name: str, widget: str = ATTENTION) -> list[list[str]]:
+    rows = page.locator(f"{widget} table[data-matrix={name}] tbody tr")
+    return [
+        [cell.strip() for cell in rows.nth(i).locator("td").all_inner_texts()] for i in range(rows.count())
+    ]
+
+
+def test_the_page_is_the_playground_for_a_browser_and_loads_nothing_from_elsewhere(
+    page: Any, base_url: str, watch: Watch
+) -> None:
+    open_playground(page, base_url)
+    assert page.title() == "Attention playground"
+    loaded = {url.removeprefix(base_url) for method, url, _ in watch.requests if method == "GET"}
+    assert {"/", "/static/widgets.js", "/static/client.js", "/static/style.css"} <= loaded
+
+
+def test_default_example_shows_the_worked_weights(page: Any, base_url: str) -> None:
+    open_playground(page, base_url)
+    assert matrix(page, "weights") == [["0.3302", "0.6698"]]
+    assert matrix(page, "raw") == [["0.0000", "1.0000"]]  # q·k₁ = 0, q·k₂ = 1
+    assert matrix(page, "scaled") == [["0.0000", f"{1 / math.sqrt(2):.4f}"]]
+    expected = post(
+        base_url, "/v1/attention", {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    )
+    assert matrix(page, "output") == [[f"{x:.4f}" for x in expected["output"]]]
+
+
+def test_causal_toggle_zeroes_every_weight_above_the_diagonal(page: Any, base_url: str) -> None:
+    open_playground(page, base_url)
+    answered(page, ATTENTION, lambda: page.get_by_role("button", name="Random, seeded").click())
+    before = matrix(page, "weights")
+    assert len(before) == 6
+    assert any(float(before[i][j]) > 0 for i in range(6) for j in range(i + 1, 6))
+    answered(page, ATTENTION, lambda: page.get_by_label("Causal mask").check())
+    weights = matrix(page, "weights")
+    masked = matrix(page, "masked")
+    for i in range(6):
+        assert all(weights[i][j] == "0.0000" for j in range(i + 1, 6)), weights[i]
+        assert all(masked[i][j] == "−∞" for j in range(i + 1, 6)), masked[i]
+        assert masked[i][i] != "−∞"
+        assert abs(sum(float(w) for w in weights[i]) - 1) < 1e-3
+    assert weights[0][0] == "1.0000"
+
+
+def test_hiding_a_key_and_setting_the_scale_are_the_services_answers(page: Any, base_url: str) -> None:
+    open_playground(page, base_url)
+    answered(page, ATTENTION, lambda: page.get_by_label("k₂ (2)").uncheck())
+    assert matrix(page, "masked")[0][1] == "−∞"
+    assert matrix(page, "weights") == [["1.0000", "0.0000"]]
+    assert matrix(page, "output") == [["6.0000", "0.0000"]]
+    answered(page, ATTENTION, lambda: page.get_by_label("k₂ (2)").check())
+    answered(page, ATTENTION, lambda: page.get_by_label("Scale").fill("2"))
+    worked = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]], "scale": 2}
+    expected = post(base_url, "/v1/attention", worked)
+    assert matrix(page, "scaled") == [["0.0000", "2.0000"]]
+    assert matrix(page, "weights") == [[f"{w:.4f}" for w in expected["weights"]]]
+
+
+def test_api_errors_appear_beside_the_control_that_caused_them(
+    page: Any, base_url: str, watch: Watch
+) -> None:
+    watch.expected.append("status of 422")  # Chromium logs every refused fetch; the refusal is the point here
+    open_playground(page, base_url)
+    keys = page.get_by_label("Keys K (one row per key)")
+    keys.fill("1 0 0\n0 1 0")
+    error = page.locator(f"{ATTENTION} .control:has(textarea[data-matrix=key]) .error")
+    page.wait_for_function(
+        "() => document.querySelector('attention-heatmap').shadowRoot"
+        ".querySelector('textarea[data-matrix=key]').getAttribute('aria-invalid') === 'true'"
+    )
+    text = error.inner_text()
+    assert text.startswith("Keys K (one row per key): key has d_k=3 but query has d_k=2"), text
+    assert page.locator(f"{ATTENTION} .control:has(textarea[data-matrix=query]) .error").inner_text() == ""
+
+
+def test_temperature_zero_makes_the_distribution_one_hot(page: Any, base_url: str, watch: Watch) -> None:
+    open_playground(page, base_url)
+    slider = page.get_by_role("slider", name="Temperature")
+    slider.focus()
+    answer = answered(page, SOFTMAX, lambda: page.keyboard.press("Home"))
+    assert answer["temperature"] == 0
+    shown = [text.strip() for text in page.locator(f"{SOFTMAX} .probability").all_inner_texts()]
+    assert shown == ["1.0000", "0.0000", "0.0000", "0.0000", "0.0000"]
+    assert page.locator(f"{SOFTMAX} .entropy").inner_text() == "0.0000"
+    last = json.loads(watch.posts_to("/v1/softmax")[-1] or "{}")
+    assert last["temperature"] == 0  # greedy was the service's answer, not the page's
+    # Back up to a temperature of 2: the same logits, spread out, exactly as the service says.
+    answer = answered(page, SOFTMAX, lambda: [page.keyboard.press("ArrowRight") for _ in range(40)])
+    expected = post(base_url, "/v1/softmax", {"logits": last["logits"], "temperature": 2.0})
+    shown = [text.strip() for text in page.locator(f"{SOFTMAX} .probability").all_inner_texts()]
+    assert shown == [f"{p:.4f}" for p in expected["probabilities"]]
+    assert answer["temperature"] == 2.0
+
+
+def test_likelihood_perplexity_is_the_services(page: Any, base_url: str, watch: Watch) -> None:
+    open_playground(page, base_url)
+    sent = json.loads(watch.posts_to("/v1/log-likelihood")[-1] or "{}")
+    assert sent["shift"] is True
+    expected = post(base_url, "/v1/log-likelihood", sent)
+    assert page.locator(f"{LIKELIHOOD} .perplexity").inner_text() == f"{expected['perplexity']:.4f}"
+    assert page.locator(f"{LIKELIHOOD} .mean-nll").inner_text() == f"{expected['mean_nll']:.4f} nats"
+    ranks = [
+        int(r)
+        for r in page.locator(f"{LIKELIHOOD} .tok[data-rank]").evaluate_all("s => s.map(x => x.dataset.rank)")
+    ]
+    assert ranks == expected["ranks"][1:]
+
+
+def test_typing_a_sentence_rescores_it(page: Any, base_url: str, watch: Watch) -> None:
+    open_playground(page, base_url)
+    text = page.get_by_label("Text", exact=True)
+    answered(page, LIKELIHOOD, lambda: text.fill("the dog sat on the mat ."))
+    sent = json.loads(watch.posts_to("/v1/log-likelihood")[-1] or "{}")
+    assert len(sent["targets"]) == 7
+    expected = post(base_url, "/v1/log-likelihood", sent)
+    assert page.locator(f"{LIKELIHOOD} .perplexity").inner_text() == f"{expected['perplexity']:.4f}"
+    assert page.locator(f"{LIKELIHOOD} .tok").all_inner_texts() == [
+        "the",
+        "dog",
+        "sat",
+        "on",
+        "the",
+        "mat",
+        ".",
+    ]
+    posts = len(watch.posts_to("/v1/log-likelihood"))
+    text.fill("the")
+    message = page.locator(f"{LIKELIHOOD} .general")
+    message.filter(has_text="at least two words").wait_for()
+    assert len(watch.posts_to("/v1/log-likelihood")) == posts  # nothing to score, nothing asked
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_ORIGIN = "https://attention.example"
+
+
+def readme_embed_snippet() -> str:
+    """The README's copy-paste HTML for embedding the widgets, exactly as a reader would paste it."""
+    return README.read_text().split("```html\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.fixture
+def embed_url(base_url: str) -> Iterator[str]:
+    """A second loopback origin serving someone else's page: the README's snippet, pointed at the service."""
+    snippet = readme_embed_snippet().replace(README_ORIGIN, base_url)
+    body = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Someone else\'s page</title>'
+        '<link rel="icon" href="data:,"></head>'
+        f"<body><h1>A page on another origin</h1>{snippet}</body></html>"
+    ).encode()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+        return [body]
+
+    yield from serve(app)
+
+
+def test_the_readme_widgets_work_embedded_on_another_origin(
+    page: Any, base_url: str, embed_url: str, watch: Watch
+) -> None:
+    assert embed_url != base_url
+    page.goto(embed_url + "/")
+    for widget in (ATTENTION, SOFTMAX, LIKELIHOOD):
+        page.wait_for_selector(f"{widget}[data-state=ready]", state="attached")
+    expected = post(base_url, "/v1/softmax", {"logits": [2.0, 1.0, 0.1], "temperature": 1})
+    shown = [text.strip() for text in page.locator(f"{SOFTMAX} .probability").all_inner_texts()]
+    assert shown == [f"{p:.4f}" for p in expected["probabilities"]]
+    sent = json.loads(watch.posts_to("/v1/attention")[0] or "{}")
+    assert sent["causal"] is True
+    weights = post(base_url, "/v1/attention", {**sent, "include": ["weights"]})["weights"]
+    assert matrix(page, "weights") == [[f"{w:.4f}" for w in row] for row in weights]
+    assert weights[0][1:] == [0.0, 0.0]
+    sent = json.loads(watch.posts_to("/v1/log-likelihood")[0] or "{}")
+    perplexity = post(base_url, "/v1/log-likelihood", sent)["perplexity"]
+    assert page.locator(f"{LIKELIHOOD} .perplexity").inner_text() == f"{perplexity:.4f}"
+    assert all(url.startswith(base_url) for method, url, _ in watch.requests if method == "POST")
+
+
+def test_the_js_client_from_another_origin_answers_and_names_refused_fields(
+    page: Any, base_url: str, embed_url: str, watch: Watch
+) -> None:
+    watch.expected.append("status of 422")  # the refusal below is on purpose
+    page.goto(embed_url + "/")
+    result = page.evaluate(
+        """async base => {
+            const { attention, ApiError } = await import(base + "/static/client.js");
+            const ok = await attention({ query: [0, 1], key: [[1, 0], [0, 1]], value: [[6, 0], [0, 3]] });
+            try {
+                await attention({ query: [0, 1], key: [[1, 0, 0], [0, 1, 0]], value: [[6, 0], [0, 3]] });
+                return { ok, refused: null };
+            } catch (error) {
+                return { ok, refused: { isApiError: error instanceof ApiError, status: error.status,
+                                        key: error.messagesFor("key"), message: error.message } };
+            }
+        }""",
+        base_url,
+    )
+    assert result["ok"] == post(
+        base_url, "/v1/attention", {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    )
+    refused = result["refused"]
+    assert refused["isApiError"] is True
+    assert refused["status"] == 422
+    assert refused["key"] == ["key has d_k=3 but query has d_k=2 (query shape [2], key shape [2, 3])"]
+    assert "d_k=3" in refused["message"]
+
+
+def test_docs_render_and_try_it_out_runs_the_attention_example(
+    page: Any, base_url: str, screenshots: Path
+) -> None:
+    page.goto(base_url + "/docs")
+    operation = page.locator("#operations-attention-post_v1_attention")
+    operation.locator(".opblock-summary").first.click()
+    operation.get_by_role("button", name="Try it out").click()
+    body = operation.locator("textarea.body-param__text")
+    assert json.loads(body.input_value()) == {
+        "query": [0, 1],
+        "key": [[1, 0], [0, 1]],
+        "value": [[6, 0], [0, 3]],
+    }
+    with page.expect_response(lambda response: response.url == base_url + "/v1/attention") as response_info:
+        operation.get_by_role("button", name="Execute").click()
+    assert response_info.value.status == 200
+    status = operation.locator(".live-responses-table tr.response .response-col_status").first
+    assert status.inner_text().strip() == "200"
+    page.evaluate("document.activeElement.blur()")
+    # From the operation's title to the live answer (bounding boxes are viewport-relative; clips are not).
+    scroll = page.evaluate("window.scrollY")
+    top = operation.bounding_box()
+    bottom = operation.locator(".live-responses-table").first.bounding_box()
+    assert top is not None
+    assert bottom is not None
+    clip = {
+        "x": top["x"],
+        "y": top["y"] + scroll,
+        "width": top["width"],
+        "height": bottom["y"] + bottom["height"] - top["y"],
+    }
+    page.screenshot(path=str(screenshots / "api-docs-try-it-out.png"), full_page=True, clip=clip)
+    operation.locator(".opblock-summary").first.click()
+    page.evaluate("document.activeElement.blur(); window.scrollTo(0, 0)")
+    page.screenshot(path=str(screenshots / "api-docs.png"))
+
+
+def test_screenshots_of_the_playground_at_desktop_and_phone_width(
+    page: Any, base_url: str, screenshots: Path
+) -> None:
+    open_playground(page, base_url)
+    answered(page, ATTENTION, lambda: page.get_by_role("button", name="Random, seeded").click())
+    answered(page, ATTENTION, lambda: page.get_by_label("Causal mask").check())
+    page.screenshot(path=str(screenshots / "playground.png"), full_page=True)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(base_url + "/")
+    page.wait_for_selector(f"{SOFTMAX}[data-state=ready]", state="attached")
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0, f"the page is {overflow}px wider than a phone"
+    page.screenshot(path=str(screenshots / "playground-phone.png"))
