@@ -16,7 +16,7 @@ blp = Blueprint("attention", __name__, url_prefix="/v1", description="Masked sca
 
 
 @blp.route("/attention", methods=["POST"])
-@blp.arguments(AttentionRequestSchema, example=ATTENTION_EXAMPLE_REQUEST)
+@blp.arguments(AttentionRequestSchema(), example=ATTENTION_EXAMPLE_REQUEST)
 @blp.response(200, AttentionResponseSchema, example=ATTENTION_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)
 def attention_view(args: dict[str, Any]) -> dict[str, Any]:
