@@ -10,7 +10,7 @@ PORT   ?= 8000
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP     := $(VENV)/.dev-installed
 
-.PHONY: run test lint typecheck check openapi clean
+.PHONY: run test lint typecheck check openapi clean bench bench-smoke
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +31,8 @@ test: $(DEV_STAMP)  ## the test suite
 	$(BIN)/python -m pytest
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check service tests
-	$(BIN)/ruff format --check service tests
+	$(BIN)/ruff check service tests bench
+	$(BIN)/ruff format --check service tests bench
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
@@ -44,3 +44,9 @@ openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+bench: $(DEV_STAMP)  ## the benchmark suite: the service against the in-process and bare-Flask floors
+	$(BIN)/python -m bench
+
+bench-smoke: $(DEV_STAMP)  ## every benchmark, a few repetitions each (CI; no timing is asserted)
+	$(BIN)/python -m bench --smoke
