@@ -27,7 +27,14 @@ def attention_view(args: dict[str, Any]) -> dict[str, Any]:
     """
     shapes = args["shapes"]
     include = set(args["include"])
-    ensure_work_within(shapes.scores_elements, what="attention scores (batch × n × m)")
+    if include & {"weights", "scores"}:
+        ensure_work_within(shapes.scores_elements, what="attention scores (batch × n × m)")
+    else:  # computed a block of rows at a time: memory stays O(block × m), only time grows
+        ensure_work_within(
+            shapes.scores_elements,
+            what="attention scores (batch × n × m, output only)",
+            setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
+        )
     result = attention(
         args["query"],
         args["key"],
