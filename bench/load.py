@@ -12,53 +12,32 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 HEADERS = {"Content-Type": "application/json"}
 
 
-@dataclass(frozen=True)
-class Latency:
-    median: float
-    p99: float
-    count: int
-    response_bytes: int
+class Client:
+    """One keep-alive connection to 127.0.0.1 (http.client re-opens it when the server closes it)."""
+
+    def __init__(self, port: int) -> None:
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def post(self, path: str, body: bytes) -> int:
+        """Send ``body`` and read the whole answer; returns its size, raises unless it is a 200."""
+        self.connection.request("POST", path, body=body, headers=HEADERS)
+        response = self.connection.getresponse()
+        answer = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"POST {path} answered {response.status}: {answer[:300]!r}")
+        return len(answer)
+
+    def close(self) -> None:
+        self.connection.close()
 
 
 @dataclass(frozen=True)
 class Throughput:
     per_second: float
     tool: str
-
-
-def latency(port: int, path: str, body: bytes, *, count: int, seconds: float, warmup: int = 2) -> Latency:
-    """Send ``body`` one request at a time over one connection, kept alive if the server allows."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    times: list[float] = []
-    size = 0
-    deadline = time.monotonic() + seconds
-    try:
-        for index in range(warmup + count):
-            start = time.perf_counter()
-            connection.request("POST", path, body=body, headers=HEADERS)
-            response = connection.getresponse()
-            answer = response.read()
-            elapsed = time.perf_counter() - start
-            if response.status != 200:
-                raise RuntimeError(f"POST {path} answered {response.status}: {answer[:300]!r}")
-            size = len(answer)
-            if index >= warmup:
-                times.append(elapsed)
-                if len(times) >= 5 and time.monotonic() > deadline:
-                    break
-    finally:
-        connection.close()
-    return Latency(
-        median=float(np.median(times)),
-        p99=float(np.percentile(times, 99)),
-        count=len(times),
-        response_bytes=size,
-    )
 
 
 def throughput(port: int, path: str, body: bytes, *, connections: int, seconds: float) -> Throughput:

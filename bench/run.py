@@ -12,7 +12,7 @@ import platform
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,33 +30,41 @@ from service import create_app
 class Budget:
     """How much of each measurement to take: bounded in count and in time."""
 
-    repeats: int
-    tiny_repeats: int
-    seconds: float
-    load_seconds: float
+    repeats: int  # timed runs of each measurement of a large case (a tiny one gets 20 times more)
+    rounds: int  # the runs are spread over this many rounds that take turns, so that drift hits all alike
+    seconds: float  # a case's timed runs stop after the round that passes this
+    load_rounds: int  # throughput: this many turns of the service and the bare app ...
+    load_seconds: float  # ... of this many seconds each
 
 
-FULL = Budget(repeats=60, tiny_repeats=2000, seconds=6.0, load_seconds=5.0)
-SMOKE = Budget(repeats=3, tiny_repeats=20, seconds=0.5, load_seconds=1.0)
+FULL = Budget(repeats=60, rounds=6, seconds=30.0, load_rounds=3, load_seconds=3.0)
+SMOKE = Budget(repeats=2, rounds=1, seconds=0.5, load_rounds=1, load_seconds=1.0)
 
 # The smallest valid body per endpoint, to load lazily imported code before memory is measured.
 WARMUP_BODIES = {
     "/v1/attention": b'{"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}',
     "/v1/log-likelihood": b'{"logits": [[2.0, 0.5], [0.1, 1.5]], "targets": [0, 1]}',
 }
+MEASURES = ("floor", "in_process", "http", "bare_http")
 
 
 @dataclass
 class Row:
     case: Case
-    floor: float = 0.0
-    in_process: float = 0.0
-    http: load.Latency | None = None
-    bare_http: load.Latency | None = None
+    times: dict[str, list[float]] = field(default_factory=lambda: {name: [] for name in MEASURES})
+    response_bytes: int = 0
     rate: float = 0.0
     bare_rate: float = 0.0
+    rate_ratio: float = 0.0
+    load_tool: str = ""
     peak_rss: int = 0
     rss_growth: int = 0
+
+    def median(self, measure: str) -> float:
+        return float(np.median(self.times[measure]))
+
+    def p99(self, measure: str) -> float:
+        return float(np.percentile(self.times[measure], 99))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
 
     setup = "\n".join([machine_line(), settings_line(settings)])
     print(setup, flush=True)
-    measure_in_process(rows, budget)
-    measure_http(rows, budget, settings, app=SERVICE_APP)
-    measure_http(rows, budget, settings, app=BARE_APP)
-    measure_memory(rows, settings)
+    with gunicorn(SERVICE_APP, settings) as service, gunicorn(BARE_APP, settings) as bare:
+        for row in rows:
+            measure_times(row, budget, service_port=service.port, bare_port=bare.port)
+            measure_throughput(row, budget, settings, service_port=service.port, bare_port=bare.port)
+            row.peak_rss = max(service.peak_memory().values())
+    for row in rows:
+        measure_memory(row, settings)
     precision = measure_precision(cases)
 
     text = "\n\n".join([main_table(rows), precision_table(precision), targets_table(rows, precision)])
@@ -116,75 +127,86 @@ def machine_line() -> str:
     )
 
 
-def repeat(action: Callable[[], Any], *, count: int, seconds: float) -> float:
-    """Median seconds of ``action`` over up to ``count`` runs or ``seconds`` (at least three runs)."""
-    action()  # warm-up
-    times: list[float] = []
-    deadline = time.monotonic() + seconds
-    while len(times) < count and (len(times) < 3 or time.monotonic() < deadline):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
+def measure_times(row: Row, budget: Budget, *, service_port: int, bare_port: int) -> None:
+    """Floor, in-process and HTTP times of one case, taken in turns so that they share the conditions."""
+    case = row.case
+    test_client = create_app().test_client()
+    service, bare = load.Client(service_port), load.Client(bare_port)
+
+    def in_process() -> None:
+        response = test_client.post(case.path, data=case.raw, content_type="application/json")
+        if response.status_code != 200:
+            raise RuntimeError(f"{case.name}: {response.status_code} {response.data[:300]!r}")
+
+    actions: dict[str, Callable[[], Any]] = {
+        "floor": partial(floor_bytes, case),
+        "in_process": in_process,
+        "http": partial(service.post, case.path, case.raw),
+        "bare_http": partial(bare.post, case.path, case.raw),
+    }
+    repeats = budget.repeats * (20 if len(case.raw) < 1000 else 1)
+    per_round = max(1, repeats // budget.rounds)
+    deadline = time.monotonic() + budget.seconds
+    try:
+        for action in actions.values():
+            action()  # warm-up, and both workers of each server get a connection
+        row.response_bytes = service.post(case.path, case.raw)
+        for _ in range(budget.rounds):
+            for name, action in actions.items():
+                for _ in range(per_round):
+                    start = time.perf_counter()
+                    action()
+                    row.times[name].append(time.perf_counter() - start)
+            if time.monotonic() > deadline:
+                break
+    finally:
+        service.close()
+        bare.close()
+    print(
+        f"{case.name}: floor {ms(row.median('floor'))}, in-process {ms(row.median('in_process'))}, "
+        f"HTTP {ms(row.median('http'))} (p99 {ms(row.p99('http'))}), bare HTTP {ms(row.median('bare_http'))}"
+        f" ({len(row.times['http'])} runs each)",
+        flush=True,
+    )
 
 
-def count_for(case: Case, budget: Budget) -> int:
-    return budget.tiny_repeats if len(case.raw) < 1000 else budget.repeats
-
-
-def measure_in_process(rows: list[Row], budget: Budget) -> None:
-    client = create_app().test_client()
-    for row in rows:
-        case = row.case
-
-        def through_service(case: Case = case) -> None:
-            response = client.post(case.path, data=case.raw, content_type="application/json")
-            if response.status_code != 200:
-                raise RuntimeError(f"{case.name}: {response.status_code} {response.data[:300]!r}")
-
-        count = count_for(case, budget)
-        row.floor = repeat(partial(floor_bytes, case), count=count, seconds=budget.seconds)
-        row.in_process = repeat(through_service, count=count, seconds=budget.seconds)
-        print(f"in-process  {case.name}: floor {ms(row.floor)}, service {ms(row.in_process)}", flush=True)
-
-
-def measure_http(rows: list[Row], budget: Budget, settings: dict[str, str], *, app: str) -> None:
-    bare = app == BARE_APP
+def measure_throughput(
+    row: Row, budget: Budget, settings: dict[str, str], *, service_port: int, bare_port: int
+) -> None:
+    """Requests per second under concurrency, the service and the bare app taking turns."""
+    case = row.case
     connections = 2 * int(settings["WEB_CONCURRENCY"]) * int(settings["GUNICORN_THREADS"])
-    with gunicorn(app, settings) as server:
-        for row in rows:
-            case = row.case
-            server.reset_peak_memory()
-            latency = load.latency(
-                server.port, case.path, case.raw, count=count_for(case, budget), seconds=budget.seconds
+    rates: dict[int, list[float]] = {service_port: [], bare_port: []}
+    for _ in range(budget.load_rounds):
+        for port, measured in rates.items():
+            result = load.throughput(
+                port, case.path, case.raw, connections=connections, seconds=budget.load_seconds
             )
-            rate = load.throughput(
-                server.port, case.path, case.raw, connections=connections, seconds=budget.load_seconds
-            )
-            if bare:
-                row.bare_http, row.bare_rate = latency, rate.per_second
-            else:
-                row.http, row.rate = latency, rate.per_second
-                row.peak_rss = max(server.peak_memory().values())
-            print(
-                f"{'bare' if bare else 'service':8s}    {case.name}: median {ms(latency.median)}, "
-                f"p99 {ms(latency.p99)} ({latency.count} requests), "
-                f"{rate.per_second:.0f} req/s ({rate.tool})",
-                flush=True,
-            )
+            measured.append(result.per_second)
+            row.load_tool = result.tool
+    row.rate, row.bare_rate = (float(np.median(rates[port])) for port in (service_port, bare_port))
+    row.rate_ratio = float(np.median(np.divide(rates[service_port], rates[bare_port])))
+    print(
+        f"{case.name}: {row.rate:.0f} req/s, bare {row.bare_rate:.0f} req/s "
+        f"({connections} connections, {row.load_tool})",
+        flush=True,
+    )
 
 
-def measure_memory(rows: list[Row], settings: dict[str, str]) -> None:
+def measure_memory(row: Row, settings: dict[str, str]) -> None:
     """Peak RSS growth of one fresh worker while it serves one request (after a tiny warm-up request)."""
-    for row in rows:
-        case = row.case
-        with gunicorn(SERVICE_APP, {**settings, "WEB_CONCURRENCY": "1"}) as server:
-            load.latency(server.port, case.path, WARMUP_BODIES[case.path], count=1, seconds=0, warmup=0)
+    case = row.case
+    with gunicorn(SERVICE_APP, {**settings, "WEB_CONCURRENCY": "1"}) as server:
+        client = load.Client(server.port)
+        try:
+            client.post(case.path, WARMUP_BODIES[case.path])
             before = server.reset_peak_memory()
-            load.latency(server.port, case.path, case.raw, count=1, seconds=0, warmup=0)
-            peak = server.peak_memory()
-            row.rss_growth = max(peak[pid] - before[pid] for pid in server.workers)
-        print(f"memory      {case.name}: peak RSS grew by {row.rss_growth / MIB:.1f} MiB", flush=True)
+            client.post(case.path, case.raw)
+        finally:
+            client.close()
+        peak = server.peak_memory()
+        row.rss_growth = max(peak[pid] - before[pid] for pid in server.workers)
+    print(f"{case.name}: peak RSS of a fresh worker grew by {row.rss_growth / MIB:.1f} MiB", flush=True)
 
 
 @dataclass(frozen=True)
@@ -231,8 +253,8 @@ def main_table(rows: list[Row]) -> str:
         "in-process (×floor)",
         "HTTP median (×floor)",
         "HTTP p99",
+        "bare HTTP median",
         "req/s",
-        "bare median",
         "bare req/s",
         "req/s ÷ bare",
         "peak RSS/worker",
@@ -241,22 +263,21 @@ def main_table(rows: list[Row]) -> str:
     ]
     body = []
     for row in rows:
-        assert row.http is not None
-        assert row.bare_http is not None
+        floor = row.median("floor")
         body.append(
             [
                 row.case.name,
-                ms(row.floor),
-                f"{ms(row.in_process)} ({row.in_process / row.floor:.2f})",
-                f"{ms(row.http.median)} ({row.http.median / row.floor:.2f})",
-                ms(row.http.p99),
+                ms(floor),
+                f"{ms(row.median('in_process'))} ({row.median('in_process') / floor:.2f})",
+                f"{ms(row.median('http'))} ({row.median('http') / floor:.2f})",
+                ms(row.p99("http")),
+                ms(row.median("bare_http")),
                 f"{row.rate:.0f}",
-                ms(row.bare_http.median),
                 f"{row.bare_rate:.0f}",
-                f"{row.rate / row.bare_rate:.2f}",
+                f"{row.rate_ratio:.2f}",
                 f"{row.peak_rss / MIB:.0f} MiB",
                 f"{row.rss_growth / MIB:.1f} MiB",
-                kib(row.http.response_bytes),
+                kib(row.response_bytes),
             ]
         )
     return markdown(header, body)
@@ -290,18 +311,18 @@ def targets_table(rows: list[Row], precision: list[PrecisionRow]) -> str:
         by_name["attention 512 weights"],
         by_name["attention 2048 output"],
     )
-    assert mid.http is not None
+    mid_ratio = mid.median("http") / mid.median("floor")
     smallest_saving = min(1 - row.float32_bytes / row.float64_bytes for row in precision[:3])
     checks = [
         (
             "tiny: throughput ≥ 0.8× bare Flask",
-            f"{tiny.rate / tiny.bare_rate:.2f}×",
-            tiny.rate >= 0.8 * tiny.bare_rate,
+            f"{tiny.rate_ratio:.2f}×",
+            tiny.rate_ratio >= 0.8,
         ),
         (
             "512 with weights: HTTP median ≤ 1.3× floor",
-            f"{mid.http.median / mid.floor:.2f}×",
-            mid.http.median <= 1.3 * mid.floor,
+            f"{mid_ratio:.2f}×",
+            mid_ratio <= 1.3,
         ),
         (
             "2048 output-only: peak RSS growth < 48 MiB",
