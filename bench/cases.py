@@ -42,7 +42,7 @@ def floor_bytes(case: Case) -> bytes:
 def _zero_dimensional(value: Any) -> Any:
     # orjson writes arrays of rank 1 and more itself; a per-sequence total of one sequence has rank 0
     if isinstance(value, np.ndarray) and value.ndim == 0:
-        return value.item()
+        return value[()]  # its NumPy scalar, written in its own precision
     raise TypeError(f"cannot serialize {type(value).__name__}")
 
 

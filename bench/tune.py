@@ -30,7 +30,7 @@ CANDIDATES: list[dict[str, str]] = [
 ]
 CONNECTIONS = 8
 SECONDS = 3.0
-ROUNDS = 3
+ROUNDS = 5
 
 
 def main() -> int:
