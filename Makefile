@@ -10,7 +10,7 @@ PORT   ?= 8000
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP     := $(VENV)/.dev-installed
 
-.PHONY: run test lint typecheck check openapi clean bench bench-smoke
+.PHONY: run test lint typecheck check openapi clean bench bench-smoke bench-tune
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,3 +50,6 @@ bench: $(DEV_STAMP)  ## the benchmark suite: the service against the in-process 
 
 bench-smoke: $(DEV_STAMP)  ## every benchmark, a few repetitions each (CI; no timing is asserted)
 	$(BIN)/python -m bench --smoke
+
+bench-tune: $(DEV_STAMP)  ## compare gunicorn settings (workers, threads, BLAS threads) on tiny and 512 requests
+	$(BIN)/python -m bench.tune

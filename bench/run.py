@@ -99,7 +99,7 @@ def gunicorn_settings() -> dict[str, str]:
     """The environment that configures gunicorn.conf.py: the defaults, or what this shell sets."""
     defaults = {
         "WEB_CONCURRENCY": str(os.cpu_count() or 1),
-        "GUNICORN_THREADS": "1",
+        "GUNICORN_THREADS": "2",
         "GUNICORN_KEEPALIVE": "5",
         "BLAS_THREADS": "1",
     }

@@ -1,7 +1,8 @@
 """``python -m bench.tune``: the gunicorn settings compared, on the requests that decide them.
 
-For each setting: throughput of the seed example against the service and the bare Flask app, and
-the latency and throughput of attention 512 with weights. Prints a Markdown table.
+For each setting: throughput of the seed example against the service and the bare Flask app (taking
+turns), the seed example's latency from one client, and the latency and throughput of attention 512
+with weights. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -52,13 +53,8 @@ def main() -> int:
                 rates.append(rate.per_second)
                 bare_rates.append(bare_rate.per_second)
                 ratios.append(rate.per_second / bare_rate.per_second)
-            client = load.Client(service.port)
-            times = []
-            for _ in range(30):
-                start = time.perf_counter()
-                client.post(mid.path, mid.raw)
-                times.append(time.perf_counter() - start)
-            client.close()
+            tiny_times = sequential_times(service.port, tiny.path, tiny.raw, count=500)
+            times = sequential_times(service.port, mid.path, mid.raw, count=30)
             mid_rate = load.throughput(
                 service.port, mid.path, mid.raw, connections=CONNECTIONS, seconds=SECONDS
             )
@@ -70,14 +66,29 @@ def main() -> int:
                 f"{np.median(rates):.0f}",
                 f"{np.median(bare_rates):.0f}",
                 f"{np.median(ratios):.2f}",
+                ms(float(np.median(tiny_times))),
                 ms(float(np.median(times))),
                 f"{mid_rate.per_second:.1f}",
             ]
         )
         print(" | ".join(body[-1]), flush=True)
-    header = ["setting", "tiny req/s", "bare req/s", "÷ bare", "512 median", "512 req/s"]
+    header = ["setting", "tiny req/s", "bare req/s", "÷ bare", "tiny median", "512 median", "512 req/s"]
     print("\n" + markdown(header, body))
     return 0
+
+
+def sequential_times(port: int, path: str, body: bytes, *, count: int) -> list[float]:
+    """Seconds per request, one at a time from one client (a new connection each time if not kept alive)."""
+    client = load.Client(port)
+    times = []
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            client.post(path, body)
+            times.append(time.perf_counter() - start)
+    finally:
+        client.close()
+    return times
 
 
 if __name__ == "__main__":
