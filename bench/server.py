@@ -52,6 +52,8 @@ def gunicorn(app: str, settings: Mapping[str, str], *, timeout: float = 30.0) ->
     """Serve ``app`` on 127.0.0.1 with gunicorn.conf.py and ``settings`` (its environment variables)."""
     workers = int(settings.get("WEB_CONCURRENCY", os.cpu_count() or 1))
     env = {**os.environ, **settings, "HOST": "127.0.0.1", "PORT": "0", "PYTHONPATH": str(ROOT)}
+    # A worker recycled mid-run (gunicorn's max_requests) would take its memory readings with it.
+    env["GUNICORN_MAX_REQUESTS"] = "0"
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", app],
