@@ -10,7 +10,8 @@ PORT   ?= 8000
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP     := $(VENV)/.dev-installed
 
-.PHONY: run test lint typecheck check openapi clean soak kubernetes-validate container-smoke screenshots
+.PHONY: run test lint typecheck check openapi clean soak kubernetes-validate container-smoke screenshots \
+	bench bench-smoke bench-tune
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,8 +32,8 @@ test: $(DEV_STAMP)  ## the test suite
 	$(BIN)/python -m pytest
 
 lint: $(DEV_STAMP)
-	$(BIN)/ruff check service tests deploy gunicorn.conf.py
-	$(BIN)/ruff format --check service tests deploy gunicorn.conf.py
+	$(BIN)/ruff check service tests bench deploy gunicorn.conf.py
+	$(BIN)/ruff format --check service tests bench deploy gunicorn.conf.py
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
@@ -48,6 +49,15 @@ screenshots: $(DEV_STAMP)  ## refresh the README's screenshots in docs/ (headles
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+bench: $(DEV_STAMP)  ## the benchmark suite: the service against the in-process and bare-Flask floors
+	$(BIN)/python -m bench
+
+bench-smoke: $(DEV_STAMP)  ## every benchmark, a few repetitions each (CI; no timing is asserted)
+	$(BIN)/python -m bench --smoke
+
+bench-tune: $(DEV_STAMP)  ## compare gunicorn settings (workers, threads, BLAS threads) on tiny and 512 requests
+	$(BIN)/python -m bench.tune
 
 # --- deployment (README "Deploy") ---
 SOAK_SECONDS ?= 60

@@ -65,6 +65,9 @@ class Settings:
 
     max_body_bytes: int = _setting(16 * MIB, _positive_int)
     max_work_elements: int = _setting(16_777_216, _positive_int)
+    # Output-only attention never holds the n×m scores (it works in blocks of rows), so its limit
+    # bounds time rather than memory and can be higher.
+    max_output_only_work_elements: int = _setting(67_108_864, _positive_int)
     cors_origins: tuple[str, ...] = _setting(("*",), _origins)
     cors_max_age: int = _setting(600, _positive_int)
     api_keys: tuple[str, ...] = _setting((), _keys, secret=True)
@@ -89,6 +92,7 @@ class Settings:
         return {
             "MAX_CONTENT_LENGTH": self.max_body_bytes,
             "MAX_WORK_ELEMENTS": self.max_work_elements,
+            "MAX_OUTPUT_ONLY_WORK_ELEMENTS": self.max_output_only_work_elements,
             "CORS_ORIGINS": list(self.cors_origins),
             "CORS_MAX_AGE": self.cors_max_age,
             "API_KEYS": [*self.api_keys, *self.api_keys_file],

@@ -16,7 +16,7 @@ blp = Blueprint("attention", __name__, url_prefix="/v1", description="Masked sca
 
 
 @blp.route("/attention", methods=["POST"])
-@blp.arguments(AttentionRequestSchema, example=ATTENTION_EXAMPLE_REQUEST)
+@blp.arguments(AttentionRequestSchema(), example=ATTENTION_EXAMPLE_REQUEST)
 @blp.response(200, AttentionResponseSchema, example=ATTENTION_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)
 def attention_view(args: dict[str, Any]) -> dict[str, Any]:
@@ -27,7 +27,15 @@ def attention_view(args: dict[str, Any]) -> dict[str, Any]:
     """
     shapes = args["shapes"]
     include = set(args["include"])
-    ensure_work_within(shapes.work_elements, what="attention arrays (batch × n × max(m, d_v))")
+    if include & {"weights", "scores"}:
+        ensure_work_within(shapes.work_elements, what="attention arrays (batch × n × max(m, d_v))")
+    else:  # computed a block of rows at a time: the scores are never held, so only time grows with them
+        ensure_work_within(shapes.output_elements, what="an attention output (batch × n × d_v)", record=False)
+        ensure_work_within(
+            shapes.scores_elements,
+            what="attention scores (batch × n × m, output only)",
+            setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
+        )
     result = attention(
         args["query"],
         args["key"],

@@ -21,7 +21,7 @@ blp = Blueprint("likelihood", __name__, url_prefix="/v1", description="Log-likel
 
 
 @blp.route("/log-likelihood", methods=["POST"])
-@blp.arguments(LikelihoodRequestSchema, example=LIKELIHOOD_EXAMPLE_REQUEST)
+@blp.arguments(LikelihoodRequestSchema(), example=LIKELIHOOD_EXAMPLE_REQUEST)
 @blp.response(200, LikelihoodResponseSchema, example=LIKELIHOOD_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)
 def likelihood_view(args: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ blp = Blueprint(
 
 
 @blp.route("/softmax", methods=["POST"])
-@blp.arguments(SoftmaxRequestSchema, example=SOFTMAX_EXAMPLE_REQUEST)
+@blp.arguments(SoftmaxRequestSchema(), example=SOFTMAX_EXAMPLE_REQUEST)
 @blp.response(200, SoftmaxResponseSchema, example=SOFTMAX_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)
 def softmax_view(args: dict[str, Any]) -> dict[str, Any]:

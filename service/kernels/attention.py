@@ -51,6 +51,11 @@ class AttentionShapes:
         return math.prod(self.batch) * self.n * max(self.m, self.d_v)
 
     @property
+    def output_elements(self) -> int:
+        """Entries in the output, ``prod(batch) * n * d_v``."""
+        return math.prod(self.batch) * self.n * self.d_v
+
+    @property
     def output_shape(self) -> tuple[int, ...]:
         """``batch + (n, d_v)``, or ``batch + (d_v,)`` for a single query."""
         return (*self._rows_shape, self.d_v)
@@ -221,8 +226,11 @@ def attention(
         b = None if b is None or b.ndim == 0 else b[..., np.newaxis, :]
     causal_offset = None if not causal else (shapes.m - shapes.n if causal_alignment == "lower_right" else 0)
 
-    empty_flags = _empty_row_flags(visible, shapes, causal_offset)
-    empty_indices = index_lists(empty_flags[..., 0] if shapes.single_query else empty_flags)
+    if visible is None and shapes.m > 0 and (causal_offset is None or causal_offset >= 0):
+        empty_indices: list[list[int]] = []  # every row sees key 0; skips ~9 µs of a tiny request
+    else:
+        empty_flags = _empty_row_flags(visible, shapes, causal_offset)
+        empty_indices = index_lists(empty_flags[..., 0] if shapes.single_query else empty_flags)
     if empty_indices and empty_rows == "error":
         raise EmptyRowError(_empty_rows_message(empty_indices, causal_offset, shapes), rows=empty_indices)
 

@@ -150,7 +150,8 @@ def _nucleus(probabilities: FloatArray, top_p: float) -> BoolArray:
     # probable entry has nothing before it, so at least one is always kept.
     mass_before = np.zeros_like(sorted_probabilities)
     np.cumsum(sorted_probabilities[..., :-1], axis=-1, out=mass_before[..., 1:])
-    needed_sorted = mass_before < top_p
+    # top_p stays a float64: as a float32 a top_p below 1.4e-45 would round to 0 and keep nothing.
+    needed_sorted = mass_before < np.float64(top_p)
     needed = np.empty_like(needed_sorted)
     np.put_along_axis(needed, order, needed_sorted, axis=-1)
     return needed

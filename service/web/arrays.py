@@ -53,7 +53,9 @@ class Array(fields.Field[np.ndarray]):
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
         if isinstance(value, np.ndarray) and value.ndim == 0:
-            return value.item()  # orjson would write a 0-d array as a one-element list
+            # orjson cannot write a 0-d array; its NumPy scalar keeps the dtype, so a float32 total
+            # is written with float32's shorter digits (``.item()`` would widen it to a float64)
+            return value[()]
         return value
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> np.ndarray:

@@ -8,18 +8,22 @@ from service.web.metrics import record_work
 from service.web.problems import Problem
 
 
-def ensure_work_within(elements: int, *, what: str) -> None:
-    """Raise a 413 problem when ``elements`` (the largest array the request would create) is too many.
+def ensure_work_within(
+    elements: int, *, what: str, setting: str = "MAX_WORK_ELEMENTS", record: bool = True
+) -> None:
+    """Raise a 413 problem when ``elements`` is more than the limit named ``setting`` allows.
 
-    Accepted work is counted in the ``attention_work_elements`` histogram.
+    ``MAX_WORK_ELEMENTS`` bounds the largest array a request would create; ``MAX_OUTPUT_ONLY_WORK_ELEMENTS``
+    bounds the scores that output-only attention computes block by block without holding them. Accepted
+    work is counted in the ``attention_work_elements`` histogram (once per request: ``record``).
     """
-    limit: int = current_app.config["MAX_WORK_ELEMENTS"]
+    limit: int = current_app.config[setting]
     if elements > limit:
         raise Problem(
             413,
-            f"This request needs {what} of {elements:,} elements; "
-            f"the limit is {limit:,} (MAX_WORK_ELEMENTS).",
+            f"This request needs {what} of {elements:,} elements; the limit is {limit:,} ({setting}).",
             slug="work-too-large",
             title="Request needs too much work",
         )
-    record_work(elements)
+    if record:
+        record_work(elements)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -101,10 +102,11 @@ def test_work_over_the_limit_is_413_stating_limit_and_need(
     assert f"{needed:,}" in problem["detail"]
 
 
-def test_work_counts_a_broadcast_output_wider_than_the_scores() -> None:
+@pytest.mark.parametrize("include", [["weights"], []], ids=["with-weights", "output-only"])
+def test_work_counts_a_broadcast_output_wider_than_the_scores(include: list[str]) -> None:
     # Small inputs whose batch dims broadcast to 100 × 100 and whose output rows are 50 wide.
     app = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 100_000})
-    body = {"query": [[[[1.0]]]] * 100, "key": [[[[1.0]]] * 100], "value": [[[0.5] * 50]]}
+    body = {"query": [[[[1.0]]]] * 100, "key": [[[[1.0]]] * 100], "value": [[[0.5] * 50]], "include": include}
     problem = assert_problem(app.test_client().post("/v1/attention", json=body), 413)
     assert "500,000" in problem["detail"]
 
@@ -113,6 +115,34 @@ def test_work_at_the_limit_is_served() -> None:
     app = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1200})
     body = {"query": [[0.0] * 2] * 30, "key": [[0.0] * 2] * 40, "value": [[1.0]] * 40}
     assert app.test_client().post("/v1/attention", json=body).status_code == 200
+
+
+def test_output_only_attention_has_its_own_higher_limit() -> None:
+    # 30 × 40 = 1,200 scores: over MAX_WORK_ELEMENTS, but output-only never holds them all at once.
+    app = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1000, "MAX_OUTPUT_ONLY_WORK_ELEMENTS": 1200})
+    rng = np.random.default_rng(7)
+    query, key, value = (
+        rng.standard_normal((30, 2)),
+        rng.standard_normal((40, 2)),
+        rng.standard_normal((40, 3)),
+    )
+    body = {"query": query.tolist(), "key": key.tolist(), "value": value.tolist()}
+    client = app.test_client()
+
+    served = client.post("/v1/attention", json={**body, "include": ["logsumexp"]})
+    assert served.status_code == 200
+    scores = query @ key.T / np.sqrt(2)
+    weights = np.exp(scores - scores.max(axis=1, keepdims=True))
+    weights /= weights.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(served.get_json()["output"], weights @ value, rtol=1e-12, atol=1e-14)
+
+    for include in (["weights"], ["scores"]):  # materialized: the ordinary limit still applies
+        problem = assert_problem(client.post("/v1/attention", json={**body, "include": include}), 413)
+        assert "(MAX_WORK_ELEMENTS)" in problem["detail"]
+    smaller = create_app({"TESTING": True, "MAX_OUTPUT_ONLY_WORK_ELEMENTS": 1000})
+    problem = assert_problem(smaller.test_client().post("/v1/attention", json={**body, "include": []}), 413)
+    assert "1,200" in problem["detail"]
+    assert "(MAX_OUTPUT_ONLY_WORK_ELEMENTS)" in problem["detail"]
 
 
 def test_unexpected_errors_are_500_problem_json(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:

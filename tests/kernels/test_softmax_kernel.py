@@ -158,6 +158,14 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
     ]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_top_p_below_the_smallest_float32_keeps_the_most_probable_entry(dtype: type) -> None:
+    # Found by schemathesis: 1e-308 rounds to 0 in float32, and "mass before < 0" kept nothing (0/0).
+    result = softmax([1.0, 2.0, 0.5], top_p=1e-308, dtype=dtype)
+    np.testing.assert_array_equal(result.probabilities, [0.0, 1.0, 0.0])
+    assert result.entropy == 0
+
+
 def test_mask_excludes_entries() -> None:
     result = softmax([[1.0, 2.0, 3.0]], mask=[True, False, True])
     visible = scipy_softmax([1.0, 3.0])

@@ -9,12 +9,16 @@ def test_defaults() -> None:
     settings = Settings.from_env({})
     assert settings.max_body_bytes == 16 * 1024 * 1024
     assert settings.max_work_elements == 16_777_216
+    assert settings.max_output_only_work_elements == 67_108_864 == 8192 * 8192
 
 
 def test_environment_overrides() -> None:
-    settings = Settings.from_env({"MAX_BODY_BYTES": "1024", "MAX_WORK_ELEMENTS": "1_000"})
+    settings = Settings.from_env(
+        {"MAX_BODY_BYTES": "1024", "MAX_WORK_ELEMENTS": "1_000", "MAX_OUTPUT_ONLY_WORK_ELEMENTS": "2000"}
+    )
     assert settings.as_flask_config()["MAX_CONTENT_LENGTH"] == 1024
     assert settings.as_flask_config()["MAX_WORK_ELEMENTS"] == 1000
+    assert settings.as_flask_config()["MAX_OUTPUT_ONLY_WORK_ELEMENTS"] == 2000
 
 
 def test_cors_origins_are_a_comma_separated_list() -> None:

@@ -1,0 +1,1 @@
+"""The benchmark suite: ``python -m bench`` (``make bench``), ``python -m bench --smoke`` for CI."""

@@ -1,0 +1,106 @@
+"""The benchmarked requests, and for each the in-process floor: orjson parse + kernel + orjson dump."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+from service.kernels import attention, sequence_log_likelihood
+
+Floor = Callable[[dict[str, Any]], dict[str, Any]]
+PRECISIONS = {"float64": np.float64, "float32": np.float32}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One request body sent to one endpoint, with the code a caller would write to do the same work."""
+
+    name: str
+    path: str
+    body: dict[str, Any]
+    floor: Floor
+    raw: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "raw", orjson.dumps(self.body))
+
+    def with_precision(self, precision: str) -> Case:
+        return Case(f"{self.name} {precision}", self.path, {**self.body, "precision": precision}, self.floor)
+
+
+def floor_bytes(case: Case) -> bytes:
+    """What the floor does: parse the bytes, compute, write the bytes."""
+    return orjson.dumps(
+        case.floor(orjson.loads(case.raw)), option=orjson.OPT_SERIALIZE_NUMPY, default=_zero_dimensional
+    )
+
+
+def _zero_dimensional(value: Any) -> Any:
+    # orjson writes arrays of rank 1 and more itself; a per-sequence total of one sequence has rank 0
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]  # its NumPy scalar, written in its own precision
+    raise TypeError(f"cannot serialize {type(value).__name__}")
+
+
+def _attention_floor(body: dict[str, Any]) -> dict[str, Any]:
+    dtype = PRECISIONS[body.get("precision", "float64")]
+    result = attention(
+        np.asarray(body["query"], dtype=dtype),
+        np.asarray(body["key"], dtype=dtype),
+        np.asarray(body["value"], dtype=dtype),
+        return_weights="weights" in body.get("include", ["weights"]),
+        dtype=dtype,
+    )
+    answer: dict[str, Any] = {"output": result.output, "scale": result.scale, "empty_rows": []}
+    if result.weights is not None:
+        answer["weights"] = result.weights
+    return answer
+
+
+def _likelihood_floor(body: dict[str, Any]) -> dict[str, Any]:
+    dtype = PRECISIONS[body.get("precision", "float64")]
+    result = sequence_log_likelihood(
+        np.asarray(body["logits"], dtype=dtype), np.asarray(body["targets"], dtype=np.int64), dtype=dtype
+    )
+    return {
+        "token_logprobs": result.token_logprobs,
+        "ranks": result.ranks,
+        "log_likelihood": result.log_likelihood,
+        "num_tokens": result.num_tokens,
+        "mean_nll": result.mean_nll,
+        "perplexity": result.perplexity,
+        "is_greedy": result.is_greedy,
+    }
+
+
+def _attention_case(name: str, n: int, d: int, *, weights: bool, rng: np.random.Generator) -> Case:
+    body = {
+        "query": rng.standard_normal((n, d)).tolist(),
+        "key": rng.standard_normal((n, d)).tolist(),
+        "value": rng.standard_normal((n, d)).tolist(),
+        "include": ["weights"] if weights else [],
+    }
+    return Case(name, "/v1/attention", body, _attention_floor)
+
+
+def all_cases() -> list[Case]:
+    """The issue's sizes, from the seed example to a 2048×2048 output-only attention."""
+    rng = np.random.default_rng(20240229)
+    seed = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    logits = rng.standard_normal((64, 8192)) * 3
+    return [
+        Case("tiny (seed example)", "/v1/attention", seed, _attention_floor),
+        _attention_case("attention 128 weights", 128, 64, weights=True, rng=rng),
+        _attention_case("attention 512 weights", 512, 64, weights=True, rng=rng),
+        _attention_case("attention 2048 output", 2048, 64, weights=False, rng=rng),
+        Case(
+            "log-likelihood 64x8192",
+            "/v1/log-likelihood",
+            {"logits": logits.tolist(), "targets": rng.integers(0, 8192, 64).tolist()},
+            _likelihood_floor,
+        ),
+    ]

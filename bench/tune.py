@@ -1,0 +1,95 @@
+"""``python -m bench.tune``: the gunicorn settings compared, on the requests that decide them.
+
+For each setting: throughput of the seed example against the service and the bare Flask app (taking
+turns), the seed example's latency from one client, and the latency and throughput of attention 512
+with weights. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")
+
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from bench import load  # noqa: E402
+from bench.cases import all_cases  # noqa: E402
+from bench.run import markdown, ms, settings_line  # noqa: E402
+from bench.server import BARE_APP, SERVICE_APP, gunicorn  # noqa: E402
+
+CORES = os.cpu_count() or 1
+CANDIDATES: list[dict[str, str]] = [
+    {"WEB_CONCURRENCY": str(CORES), "GUNICORN_THREADS": "1", "BLAS_THREADS": "1"},
+    {"WEB_CONCURRENCY": str(2 * CORES), "GUNICORN_THREADS": "1", "BLAS_THREADS": "1"},
+    {"WEB_CONCURRENCY": str(CORES), "GUNICORN_THREADS": "2", "BLAS_THREADS": "1"},
+    {"WEB_CONCURRENCY": str(CORES), "GUNICORN_THREADS": "4", "BLAS_THREADS": "1"},
+    {"WEB_CONCURRENCY": "1", "GUNICORN_THREADS": "1", "BLAS_THREADS": str(CORES)},
+]
+CONNECTIONS = 8
+SECONDS = 3.0
+ROUNDS = 5
+
+
+def main() -> int:
+    cases = {case.name: case for case in all_cases()}
+    tiny, mid = cases["tiny (seed example)"], cases["attention 512 weights"]
+    body = []
+    for candidate in CANDIDATES:
+        settings = {"GUNICORN_KEEPALIVE": "5", **candidate}
+        print(settings_line(settings), flush=True)
+        with gunicorn(SERVICE_APP, settings) as service, gunicorn(BARE_APP, settings) as bare:
+            ratios, rates, bare_rates = [], [], []
+            for _ in range(ROUNDS):  # the service and the bare app take turns
+                rate = load.throughput(
+                    service.port, tiny.path, tiny.raw, connections=CONNECTIONS, seconds=SECONDS
+                )
+                bare_rate = load.throughput(
+                    bare.port, tiny.path, tiny.raw, connections=CONNECTIONS, seconds=SECONDS
+                )
+                rates.append(rate.per_second)
+                bare_rates.append(bare_rate.per_second)
+                ratios.append(rate.per_second / bare_rate.per_second)
+            tiny_times = sequential_times(service.port, tiny.path, tiny.raw, count=500)
+            times = sequential_times(service.port, mid.path, mid.raw, count=30)
+            mid_rate = load.throughput(
+                service.port, mid.path, mid.raw, connections=CONNECTIONS, seconds=SECONDS
+            )
+        kind = "sync" if candidate["GUNICORN_THREADS"] == "1" else "gthread"
+        body.append(
+            [
+                f"{kind}, {candidate['WEB_CONCURRENCY']} workers × {candidate['GUNICORN_THREADS']} threads, "
+                f"{candidate['BLAS_THREADS']} BLAS",
+                f"{np.median(rates):.0f}",
+                f"{np.median(bare_rates):.0f}",
+                f"{np.median(ratios):.2f}",
+                ms(float(np.median(tiny_times))),
+                ms(float(np.median(times))),
+                f"{mid_rate.per_second:.1f}",
+            ]
+        )
+        print(" | ".join(body[-1]), flush=True)
+    header = ["setting", "tiny req/s", "bare req/s", "÷ bare", "tiny median", "512 median", "512 req/s"]
+    print("\n" + markdown(header, body))
+    return 0
+
+
+def sequential_times(port: int, path: str, body: bytes, *, count: int) -> list[float]:
+    """Seconds per request, one at a time from one client (a new connection each time if not kept alive)."""
+    client = load.Client(port)
+    times = []
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            client.post(path, body)
+            times.append(time.perf_counter() - start)
+    finally:
+        client.close()
+    return times
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

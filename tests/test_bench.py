@@ -1,0 +1,40 @@
+"""The benchmark's floor does the same work as the service, so that the ratios compare like with like."""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+from flask.testing import FlaskClient
+
+from bench.cases import Case, all_cases, floor_bytes
+
+
+def small(case: Case) -> Case:
+    """The case cut to 8 rows (and the vocabulary to 8 tokens), so that the test stays fast."""
+    body = dict(case.body)
+    if case.path == "/v1/attention":
+        for name in ("query", "key", "value"):
+            body[name] = body[name][:8]
+    else:
+        body["logits"] = [row[:8] for row in body["logits"][:8]]
+        body["targets"] = [token % 8 for token in body["targets"][:8]]
+    return Case(case.name, case.path, body, case.floor)
+
+
+@pytest.mark.parametrize("case", [small(case) for case in all_cases()], ids=lambda case: case.name)
+@pytest.mark.parametrize("precision", ["float64", "float32"])
+def test_floor_answers_what_the_service_answers(client: FlaskClient, case: Case, precision: str) -> None:
+    variant = case.with_precision(precision)
+    response = client.post(variant.path, data=variant.raw, content_type="application/json")
+    assert response.status_code == 200, response.data
+    served = orjson.loads(response.data)
+    floor = orjson.loads(floor_bytes(variant))
+    assert set(floor) <= set(served)
+    for name, value in floor.items():
+        if isinstance(value, list) and name != "empty_rows":
+            np.testing.assert_array_equal(
+                np.asarray(value, dtype=float), np.asarray(served[name], dtype=float)
+            )
+        else:
+            assert value == served[name], name
