@@ -16,10 +16,10 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 1))
-# Two threads per worker make gunicorn use its gthread worker, which keeps connections alive
-# (the sync worker closes each one) and lets a slow upload wait without holding a whole worker;
-# NumPy releases the GIL in the arithmetic. Chosen by `make bench-tune`, see the README.
-threads = int(os.environ.get("GUNICORN_THREADS", "2"))
+# One thread per worker (gunicorn's sync worker). More threads select the gthread worker, which keeps
+# connections alive, but under the 64-connection soak it served half the requests at 5x the p99 and
+# dropped a kept-alive connection; throughput in `make bench-tune` was the same. See the README.
+threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")  # "sync" with threads > 1 means gthread
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
