@@ -99,10 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def gunicorn_settings() -> dict[str, str]:
-    """The environment that configures gunicorn.conf.py: the defaults, or what this shell sets."""
+    """The environment that configures gunicorn.conf.py: its defaults (stated again here, so that the
+    table says what ran), or what this shell sets."""
     defaults = {
         "WEB_CONCURRENCY": str(os.cpu_count() or 1),
-        "GUNICORN_THREADS": "2",
+        "GUNICORN_THREADS": "1",
         "GUNICORN_KEEPALIVE": "5",
         "BLAS_THREADS": "1",
     }
