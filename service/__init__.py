@@ -14,6 +14,7 @@ from service.web.cors import enable_cors
 from service.web.json_provider import OrjsonProvider
 from service.web.metrics import install_metrics
 from service.web.problems import register_error_handlers
+from service.web.request_clock import install_request_clock
 from service.web.request_id import install_request_ids
 from service.web.spec import SPEC_CONFIG, Api
 from service.web.test_delay import install_test_delay
@@ -31,6 +32,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from service.api import attention, likelihood, meta, pages, softmax
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
+    install_request_clock(app)
     install_request_ids(app)
     install_access_log(app)
     install_metrics(app)

@@ -22,6 +22,6 @@ def assert_problem(
         assert field in body["errors"], body
         assert all(isinstance(message, str) and message for message in body["errors"][field])
     if says:
-        text = body["detail"] + " ".join(m for ms in body.get("errors", {}).values() for m in ms)
+        text = " ".join([body["detail"], *(m for ms in body.get("errors", {}).values() for m in ms)])
         assert says.lower() in text.lower(), body
     return body

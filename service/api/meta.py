@@ -44,7 +44,7 @@ def livez() -> dict[str, str]:
 @blp.route("/healthz", methods=["GET"])
 @blp.response(200, HealthSchema)
 def healthz() -> dict[str, str]:
-    """Liveness, the older name: the same as ``/livez``."""
+    """Liveness, the older name: the same as /livez."""
     return _alive()
 
 
@@ -77,7 +77,7 @@ def metrics() -> Response:
 @blp.route("/openapi.yaml", methods=["GET"])
 @blp.doc(responses={"200": {"description": "This contract.", "content": {YAML_MIMETYPE: {"schema": {}}}}})
 def openapi_yaml() -> Response:
-    """The OpenAPI 3.1 contract as YAML, byte for byte the committed ``openapi.yaml``."""
+    """The OpenAPI 3.1 contract as YAML, byte for byte the committed openapi.yaml."""
     return Response(_contract()["yaml"], mimetype=YAML_MIMETYPE)
 
 

@@ -103,7 +103,7 @@ def _send_asset(directory: Path, filename: str, *, max_age: int) -> Response:
     responses={"200": _content("The file.", *dict.fromkeys(CONTENT_TYPES.values())), "304": NOT_MODIFIED},
 )
 def static_file(filename: str) -> Response:
-    """The widgets (``widgets.js``), the JS client (``client.js``) and the playground's own files."""
+    """The widgets (widgets.js), the JS client (client.js) and the playground's own files."""
     return _send_asset(STATIC_DIR, filename, max_age=STATIC_MAX_AGE)
 
 

@@ -66,11 +66,6 @@ class AttentionShapes:
         return (*self._rows_shape, self.m)
 
     @property
-    def logsumexp_shape(self) -> tuple[int, ...]:
-        """``batch + (n,)``, or ``batch`` for a single query."""
-        return self._rows_shape
-
-    @property
     def _rows_shape(self) -> tuple[int, ...]:
         return self.batch if self.single_query else (*self.batch, self.n)
 
@@ -232,7 +227,11 @@ def attention(
         empty_flags = _empty_row_flags(visible, shapes, causal_offset)
         empty_indices = index_lists(empty_flags[..., 0] if shapes.single_query else empty_flags)
     if empty_indices and empty_rows == "error":
-        raise EmptyRowError(_empty_rows_message(empty_indices, causal_offset, shapes), rows=empty_indices)
+        raise EmptyRowError(
+            _empty_rows_message(empty_indices, causal_offset, shapes),
+            rows=empty_indices,
+            field="mask" if visible is not None else "causal",  # blame what the caller sent
+        )
 
     hidden = None if visible is None else ~visible
     result = _attend(

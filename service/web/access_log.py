@@ -8,9 +8,10 @@ import sys
 import time
 from typing import Any, TextIO
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, request
 
 from service.web.json_provider import dumps_bytes
+from service.web.request_clock import request_seconds
 from service.web.request_id import current_request_id
 
 ACCESS_LOGGER = "service.access"
@@ -65,20 +66,14 @@ def _access_logger() -> logging.Logger:
 
 
 def install_access_log(app: Flask) -> None:
-    """Time every request and, when ``ACCESS_LOG`` is on, log it once it has its response."""
+    """When ``ACCESS_LOG`` is on, log every request once it has its response."""
     logger = _access_logger()
-
-    @app.before_request
-    def _start_clock() -> None:
-        g.request_started = time.perf_counter()
-
     if not app.config["ACCESS_LOG"]:
         return
 
     @app.after_request
     def _log(response: Response) -> Response:
-        started: float | None = g.get("request_started")
-        duration = time.perf_counter() - started if started is not None else 0.0
+        duration = request_seconds() or 0.0
         logger.info(
             "request",
             extra={

@@ -9,9 +9,8 @@ route template, never the raw path, so a client cannot create new time series.
 from __future__ import annotations
 
 import os
-import time
 
-from flask import Flask, Response, g, request
+from flask import Flask, Response, request
 from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
@@ -21,6 +20,8 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.exposition import choose_encoder
+
+from service.web.request_clock import request_seconds
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and multiprocess mode has none
 
@@ -45,7 +46,8 @@ BODY_BYTES = Histogram(
 )
 WORK_ELEMENTS = Histogram(
     "attention_work_elements",
-    "Largest array a computation creates (elements), by route template; refused work is not counted.",
+    "Size of each accepted computation (elements of the largest array it works through, held whole or a "
+    "block of rows at a time), by route template; refused work is not counted.",
     ["endpoint"],
     buckets=tuple(float(4**k) for k in range(1, 14)),  # 4 … 64 Mi elements
 )
@@ -79,9 +81,9 @@ def install_metrics(app: Flask) -> None:
     def _observe(response: Response) -> Response:
         endpoint = route_template()
         status = str(response.status_code)
-        started: float | None = g.get("request_started")
-        if started is not None:
-            LATENCY.labels(endpoint, request.method, status).observe(time.perf_counter() - started)
+        seconds = request_seconds()
+        if seconds is not None:
+            LATENCY.labels(endpoint, request.method, status).observe(seconds)
         REQUESTS.labels(endpoint, request.method, status).inc()
         BODY_BYTES.labels(endpoint).observe(request.content_length or 0)
         return response

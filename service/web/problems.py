@@ -12,7 +12,7 @@ import marshmallow as ma
 from flask import Flask, Response, current_app
 from werkzeug.exceptions import HTTPException
 
-from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
+from service.kernels import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
 from service.web.json_provider import dumps_bytes
 from service.web.request_id import current_request_id
 
@@ -138,13 +138,17 @@ def _summarize(errors: Mapping[str, list[str]]) -> str:
     return "The request is invalid. " + " ".join(parts)
 
 
+_KERNEL_PROBLEM_SLUGS: tuple[tuple[type[KernelError], str], ...] = (
+    (ShapeError, "shape-mismatch"),
+    (EmptyRowError, "empty-row"),
+    (NumericalOverflowError, "numerical-overflow"),
+    (KernelError, "validation-error"),  # any other value the arithmetic refuses, e.g. a target id >= V
+)
+
+
 def problem_from_kernel_error(error: KernelError) -> Problem:
-    """The arithmetic's own complaints (shapes, empty rows, overflow) are the client's to fix: 422."""
-    slug = "shape-mismatch"
-    if isinstance(error, EmptyRowError):
-        slug = "empty-row"
-    elif isinstance(error, NumericalOverflowError):
-        slug = "numerical-overflow"
+    """The arithmetic's own complaints (shapes, empty rows, overflow, values) are the client's to fix: 422."""
+    slug = next(slug for kind, slug in _KERNEL_PROBLEM_SLUGS if isinstance(error, kind))
     field = error.field or "body"
     return Problem(422, error.message, slug=slug, title="Invalid request", errors={field: [error.message]})
 

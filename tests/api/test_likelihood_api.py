@@ -103,6 +103,13 @@ def test_invalid_requests_are_422_naming_the_field(
     assert_problem(client.post("/v1/log-likelihood", json=body), 422, field=field, says=says)
 
 
+def test_target_out_of_range_is_a_validation_problem(client: FlaskClient) -> None:
+    response = client.post("/v1/log-likelihood", json={"logits": [[1.0, 2.0], [0.0, 1.0]], "targets": [0, 5]})
+    problem = assert_problem(response, 422, field="targets", says="5")
+    assert problem["type"].endswith(":validation-error")
+
+
 def test_perplexity_overflow_is_422(client: FlaskClient) -> None:
     response = client.post("/v1/log-likelihood", json={"logits": [[0.0, 1e6]], "targets": [0]})
-    assert_problem(response, 422, says="overflow")
+    problem = assert_problem(response, 422, says="overflow")
+    assert problem["type"].endswith(":numerical-overflow")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, post_load, validate
+from marshmallow import Schema, fields, post_load, validate
 
-from service.api.schemas.common import IncludeList, precision_field
-from service.kernels import ShapeError, attention_shapes
+from service.api.schemas.common import IncludeList, checked_shapes, precision_field
+from service.kernels import attention_shapes
 from service.web.arrays import Array
 from service.web.fields import StrictBoolean, StrictFloat
 
@@ -68,16 +68,15 @@ class AttentionRequestSchema(Schema):
 
     @post_load
     def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        try:
-            data["shapes"] = attention_shapes(
+        data["shapes"] = checked_shapes(
+            lambda: attention_shapes(
                 data["query"].shape,
                 data["key"].shape,
                 data["value"].shape,
                 mask_shape=data["mask"].shape if "mask" in data else None,
                 bias_shape=data["bias"].shape if "bias" in data else None,
             )
-        except ShapeError as error:
-            raise ValidationError({error.field or "body": [error.message]}) from None
+        )
         return data
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 from marshmallow import ValidationError, fields, validate
+
+from service.kernels import ShapeError
+
+T = TypeVar("T")
 
 PRECISIONS = {"float64": np.float64, "float32": np.float32}
 
@@ -39,5 +44,9 @@ class IncludeList(fields.List[str]):
         return names
 
 
-def shape_error(field: str, message: str) -> ValidationError:
-    return ValidationError({field: [message]})
+def checked_shapes(check: Callable[[], T]) -> T:
+    """Run a kernel's shape check; its ShapeError becomes a validation error naming the field to blame."""
+    try:
+        return check()
+    except ShapeError as error:
+        raise ValidationError({error.field or "body": [error.message]}) from None

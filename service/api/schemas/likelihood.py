@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from marshmallow import Schema, ValidationError, fields, post_load, validate
+from marshmallow import Schema, fields, post_load, validate
 
-from service.api.schemas.common import precision_field
-from service.kernels import LikelihoodResult, ShapeError, likelihood_shapes
+from service.api.schemas.common import checked_shapes, precision_field
+from service.kernels import MAX_TOP_LOGPROBS, LikelihoodResult, likelihood_shapes
 from service.web.arrays import Array
 from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
+
+# Logits are at most [batch, head, T, V], so targets [batch, head, T].
+TARGETS_MAX_RANK = 3
 
 
 class LikelihoodRequestSchema(Schema):
@@ -23,7 +26,7 @@ class LikelihoodRequestSchema(Schema):
     targets = Array(
         kind="integer",
         min_rank=1,
-        max_rank=3,
+        max_rank=TARGETS_MAX_RANK,
         required=True,
         shape="[..., T]",
         metadata={"description": "Token ids in [0, V), or ignore_index for padding."},
@@ -40,17 +43,14 @@ class LikelihoodRequestSchema(Schema):
     )
     top_logprobs = StrictInteger(
         load_default=0,
-        validate=validate.Range(min=0, max=20),
+        validate=validate.Range(min=0, max=MAX_TOP_LOGPROBS),
         metadata={"description": "How many of the most probable tokens to list per scored position."},
     )
     precision = precision_field()
 
     @post_load
     def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        try:
-            data["shape"] = likelihood_shapes(data["logits"].shape, data["targets"].shape)
-        except ShapeError as error:
-            raise ValidationError({error.field or "body": [error.message]}) from None
+        data["shape"] = checked_shapes(lambda: likelihood_shapes(data["logits"].shape, data["targets"].shape))
         return data
 
 
@@ -103,7 +103,7 @@ class LikelihoodResponseSchema(Schema):
         metadata={
             "description": "[..., T, k] lists of {token, logprob}, most probable first; null rows where not "
             "scored. Present when top_logprobs > 0.",
-            **_top_logprobs_schema(min_rank=1, max_rank=3),
+            **_top_logprobs_schema(min_rank=1, max_rank=TARGETS_MAX_RANK),
         }
     )
 

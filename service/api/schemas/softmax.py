@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, ValidationError, fields, post_load, validate
+from marshmallow import Schema, fields, post_load, validate
 
-from service.api.schemas.common import IncludeList, precision_field
-from service.kernels import ShapeError, softmax_shapes
+from service.api.schemas.common import IncludeList, checked_shapes, precision_field
+from service.kernels import softmax_shapes
 from service.web.arrays import Array
 from service.web.fields import StrictFloat, StrictInteger
 
@@ -45,12 +45,11 @@ class SoftmaxRequestSchema(Schema):
 
     @post_load
     def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        try:
-            data["shape"] = softmax_shapes(
+        data["shape"] = checked_shapes(
+            lambda: softmax_shapes(
                 data["logits"].shape, mask_shape=data["mask"].shape if "mask" in data else None
             )
-        except ShapeError as error:
-            raise ValidationError({error.field or "body": [error.message]}) from None
+        )
         return data
 
 
