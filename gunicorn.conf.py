@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -15,7 +16,24 @@ for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, os.environ.get("BLAS_THREADS", "1"))
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
-workers = int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 1))
+
+
+def _available_cpus() -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 quota (``docker run --cpus``).
+
+    os.cpu_count() is the host's count: in a container on a 64-core host it would start 64 workers.
+    """
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota visible: the affinity stands
+    return cpus
+
+
+workers = int(os.environ.get("WEB_CONCURRENCY", _available_cpus()))
 # One thread per worker (gunicorn's sync worker). More threads select the gthread worker, which keeps
 # connections alive, but under the 64-connection soak it served half the requests at 5x the p99 and
 # dropped a kept-alive connection; throughput in `make bench-tune` was the same. See the README.

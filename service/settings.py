@@ -33,7 +33,12 @@ def _keys(name: str, raw: str) -> tuple[str, ...]:
 
 
 def _keys_file(name: str, raw: str) -> tuple[str, ...]:
-    """One key per line; blank lines and ``#`` comments are skipped (a mounted secret's shape)."""
+    """One key per line; blank lines and ``#`` comments are skipped (a mounted secret's shape).
+
+    An empty value means no file, as compose passes ``API_KEYS_FILE=`` when it is not set.
+    """
+    if not raw.strip():
+        return ()
     try:
         text = Path(raw).read_text(encoding="utf-8")
     except OSError as error:

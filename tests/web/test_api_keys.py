@@ -104,6 +104,11 @@ def test_an_unreadable_or_empty_key_file_fails_loudly(tmp_path: Path) -> None:
         Settings.from_env({"API_KEYS_FILE": str(tmp_path / "empty")})
 
 
+def test_a_blank_key_file_setting_means_none() -> None:
+    # compose passes API_KEYS_FILE= when the operator sets nothing
+    assert Settings.from_env({"API_KEYS_FILE": "", "API_KEYS": ""}).as_flask_config()["API_KEYS"] == []
+
+
 def test_the_contract_declares_the_bearer_scheme_on_v1_only() -> None:
     import yaml
 
