@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import schemathesis
 import yaml
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
+from scipy.special import softmax as scipy_softmax
 
 from service import create_app
 from service.contract import render_contract
 from tests.conftest import CONTRACT_PATH
+from tests.references import reference_attention, reference_sequence
 
 
 def test_contract_is_valid_openapi_3_1() -> None:
@@ -57,6 +60,40 @@ def test_documented_examples_are_what_the_endpoints_answer(client: FlaskClient, 
     request = operation["requestBody"]["content"]["application/json"]["example"]
     response = operation["responses"]["200"]["content"]["application/json"]["example"]
     assert client.post(path, json=request).get_json() == response
+
+
+def _example(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    operation = yaml.safe_load(CONTRACT_PATH.read_text())["paths"][path]["post"]
+    request = operation["requestBody"]["content"]["application/json"]["example"]
+    return request, operation["responses"]["200"]["content"]["application/json"]["example"]
+
+
+def test_documented_examples_agree_with_the_references() -> None:
+    # The examples are computed by the kernels when the contract is generated; check them independently.
+    request, response = _example("/v1/attention")
+    expected = reference_attention(
+        np.array([request["query"]], dtype=float),
+        np.array(request["key"], dtype=float),
+        np.array(request["value"], dtype=float),
+    )
+    np.testing.assert_allclose(response["weights"], expected.weights[0], rtol=1e-12)
+    np.testing.assert_allclose(response["output"], expected.output[0], rtol=1e-12)
+    assert response["weights"] == pytest.approx([0.3302, 0.6698], abs=5e-5)  # the course's worked example
+
+    request, response = _example("/v1/softmax")
+    logits = np.array(request["logits"]) / request["temperature"]
+    np.testing.assert_allclose(response["probabilities"], scipy_softmax(logits), rtol=1e-12)
+
+    request, response = _example("/v1/log-likelihood")
+    sequence = reference_sequence(
+        np.array(request["logits"]),
+        np.array(request["targets"]),
+        shift=request["shift"],
+        temperature=1.0,
+        top_k=0,
+    )
+    assert response["log_likelihood"] == pytest.approx(sequence["log_likelihood"], rel=1e-12)
+    assert response["token_logprobs"][1:] == pytest.approx(sequence["logprobs"][1:], rel=1e-12)
 
 
 schema = schemathesis.openapi.from_path(CONTRACT_PATH)

@@ -148,16 +148,29 @@ class ServiceWidget extends HTMLElement {
     return this.hasAttribute("controls");
   }
 
-  readData(defaults) {
+  /**
+   * The widget's data: the `data` attribute as given, or `example` when there is none. Given data is not
+   * mixed with the example (the example's token labels would otherwise label the caller's numbers);
+   * each widget supplies its own fallback for every optional field. Data missing a `required` field, or
+   * not JSON, is reported and the example shown instead.
+   */
+  readData(example, required) {
     this.dataError = null;
     const raw = this.getAttribute("data");
-    if (!raw) return structuredClone(defaults);
+    if (!raw) return structuredClone(example);
+    let data;
     try {
-      return { ...structuredClone(defaults), ...JSON.parse(raw) };
+      data = JSON.parse(raw);
     } catch {
       this.dataError = `The data attribute is not valid JSON: ${raw.slice(0, 60)}…`;
-      return structuredClone(defaults);
+      return structuredClone(example);
     }
+    const missing = required.filter((name) => data?.[name] === undefined);
+    if (data === null || typeof data !== "object" || missing.length) {
+      this.dataError = `The data attribute needs ${required.join(", ")} (missing: ${missing.join(", ") || "all"}).`;
+      return structuredClone(example);
+    }
+    return data;
   }
 
   connectedCallback() {
@@ -274,7 +287,7 @@ export class AttentionHeatmap extends ServiceWidget {
   static observedAttributes = ["api", "data", "controls"];
 
   build() {
-    const data = this.readData(WORKED_EXAMPLE);
+    const data = this.readData(WORKED_EXAMPLE, ["query", "key", "value"]);
     const tokens = data.tokens ?? null;
     this.state = {
       queryTokens: data.query_tokens ?? tokens ?? data.query.map((_, i) => `q${i + 1}`),
@@ -576,7 +589,7 @@ export class SoftmaxTemperature extends ServiceWidget {
 
   build() {
     this.errorSlots.clear();
-    const data = this.readData(SOFTMAX_EXAMPLE);
+    const data = this.readData(SOFTMAX_EXAMPLE, ["logits"]);
     this.state = {
       tokens: data.tokens ?? data.logits.map((_, i) => `#${i}`),
       logits: data.logits,
@@ -725,8 +738,14 @@ export class TokenLikelihood extends ServiceWidget {
 
   build() {
     this.errorSlots.clear();
-    const data = this.readData(LIKELIHOOD_EXAMPLE);
-    this.state = { ...data };
+    // Either the logits and targets themselves, or a text scored by the built-in bigram model.
+    const data = this.readData(LIKELIHOOD_EXAMPLE, []);
+    this.state = {
+      ...data,
+      text: data.text ?? (data.logits ? undefined : LIKELIHOOD_EXAMPLE.text),
+      corpus: data.corpus ?? CORPUS,
+      smoothing: data.smoothing ?? LIKELIHOOD_EXAMPLE.smoothing,
+    };
     this.output = h("div", { class: "result", "aria-live": "polite" });
     const editors = [];
     if (this.hasControls && !data.logits) {
@@ -734,7 +753,7 @@ export class TokenLikelihood extends ServiceWidget {
       const text = h("textarea", {
         rows: 2,
         cols: 48,
-        text: data.text,
+        text: this.state.text,
         // Read the value now: once dispatch ends, an event from a shadow tree no longer has a target.
         oninput: (event) => ((this.state.text = event.target.value), later()),
       });

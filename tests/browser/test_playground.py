@@ -221,6 +221,19 @@ def test_the_readme_widgets_work_embedded_on_another_origin(
     weights = post(base_url, "/v1/attention", {**sent, "include": ["weights"]})["weights"]
     assert matrix(page, "weights") == [[f"{w:.4f}" for w in row] for row in weights]
     assert weights[0][1:] == [0.0, 0.0]
+    # The snippet's own token labels, not the built-in example's
+    table = page.locator(f"{ATTENTION} table[data-matrix=weights]")
+    assert [t.strip() for t in table.locator("tbody th[scope=row]").all_inner_texts()] == [
+        "the",
+        "cat",
+        "sat",
+    ]
+    assert [t.strip() for t in table.locator("thead th[scope=col]").all_inner_texts()][1:] == [
+        "the",
+        "cat",
+        "sat",
+    ]
+    assert [t.strip() for t in page.locator(f"{SOFTMAX} .token").all_inner_texts()] == ["yes", "no", "maybe"]
     sent = json.loads(watch.posts_to("/v1/log-likelihood")[0] or "{}")
     perplexity = post(base_url, "/v1/log-likelihood", sent)["perplexity"]
     assert page.locator(f"{LIKELIHOOD} .perplexity").inner_text() == f"{perplexity:.4f}"
