@@ -8,9 +8,9 @@ from service.api.errors_doc import document_compute_errors
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST, ATTENTION_EXAMPLE_RESPONSE
 from service.api.schemas.attention import AttentionRequestSchema, AttentionResponseSchema
 from service.api.schemas.common import PRECISIONS
+from service.api.work import check_attention_work
 from service.kernels import attention
 from service.web.blueprint import Blueprint
-from service.web.limits import ensure_work_within
 
 blp = Blueprint("attention", __name__, url_prefix="/v1", description="Masked scaled dot-product attention.")
 
@@ -27,15 +27,7 @@ def attention_view(args: dict[str, Any]) -> dict[str, Any]:
     """
     shapes = args["shapes"]
     include = set(args["include"])
-    if include & {"weights", "scores"}:
-        ensure_work_within(shapes.work_elements, what="attention arrays (batch × n × max(m, d_v))")
-    else:  # computed a block of rows at a time: the scores are never held, so only time grows with them
-        ensure_work_within(shapes.output_elements, what="an attention output (batch × n × d_v)", record=False)
-        ensure_work_within(
-            shapes.scores_elements,
-            what="attention scores (batch × n × m, output only)",
-            setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
-        )
+    check_attention_work(shapes, include=include, empty_rows=args["empty_rows"])
     result = attention(
         args["query"],
         args["key"],

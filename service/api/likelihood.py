@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from service.api.errors_doc import document_compute_errors
@@ -13,9 +12,9 @@ from service.api.schemas.likelihood import (
     LikelihoodResponseSchema,
     likelihood_response,
 )
+from service.api.work import check_likelihood_work
 from service.kernels import sequence_log_likelihood
 from service.web.blueprint import Blueprint
-from service.web.limits import ensure_work_within
 
 blp = Blueprint("likelihood", __name__, url_prefix="/v1", description="Log-likelihood of token sequences.")
 
@@ -27,7 +26,7 @@ blp = Blueprint("likelihood", __name__, url_prefix="/v1", description="Log-likel
 def likelihood_view(args: dict[str, Any]) -> dict[str, Any]:
     """Per-token log-probabilities and ranks, and per-sequence log-likelihood, NLL and perplexity."""
     batch, length, vocabulary = args["shape"]
-    ensure_work_within(math.prod(batch) * length * vocabulary, what="log-probabilities (batch × T × V)")
+    check_likelihood_work(batch, length, vocabulary, top_logprobs=args["top_logprobs"])
     result = sequence_log_likelihood(
         args["logits"],
         args["targets"],

@@ -94,7 +94,10 @@ def _send_asset(directory: Path, filename: str, *, max_age: int) -> Response:
     content_type = CONTENT_TYPES.get(Path(filename).suffix)
     if content_type is None:
         raise Problem(404, f"There is no file {filename!r} here.", slug="not-found")
-    return _send(directory, filename, content_type, max_age=max_age)
+    response = _send(directory, filename, content_type, max_age=max_age)
+    if content_type == "text/html":  # e.g. /static/index.html: a page wherever it is served from
+        response.headers["Content-Security-Policy"] = PAGE_CSP
+    return response
 
 
 @blp.route("/static/<path:filename>", methods=["GET"])

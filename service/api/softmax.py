@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from service.api.errors_doc import document_compute_errors
 from service.api.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
 from service.api.schemas.common import PRECISIONS
 from service.api.schemas.softmax import SoftmaxRequestSchema, SoftmaxResponseSchema
+from service.api.work import check_softmax_work
 from service.kernels import softmax
 from service.web.blueprint import Blueprint
-from service.web.limits import ensure_work_within
 
 blp = Blueprint(
     "softmax", __name__, url_prefix="/v1", description="Softmax with temperature, top-k and top-p."
@@ -24,7 +23,7 @@ blp = Blueprint(
 @document_compute_errors(blp)
 def softmax_view(args: dict[str, Any]) -> dict[str, Any]:
     """Probabilities over the last axis of the logits, after mask, temperature, top-k and top-p."""
-    ensure_work_within(math.prod(args["shape"]), what="probabilities")
+    check_softmax_work(args["shape"])
     result = softmax(
         args["logits"],
         temperature=args["temperature"],

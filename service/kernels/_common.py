@@ -18,6 +18,9 @@ DTypeArg: TypeAlias = np.dtype[Any] | type[Any]
 # Temporaries of this many elements (8 MB in float64) keep the working set cache- and memory-friendly.
 BLOCK_ELEMENTS = 1 << 20
 
+# An EmptyRowError indexes this many of the empty rows (and counts them all).
+LISTED_EMPTY_ROWS = 10
+
 
 def resolve_float_dtype(dtype: DTypeArg) -> np.dtype[np.floating[Any]]:
     """``dtype`` as a NumPy dtype, which must be float32 or float64."""
@@ -70,6 +73,21 @@ def as_bool_mask(mask: ArrayLike, *, field: str = "mask") -> BoolArray:
     )
 
 
+def divide_by_temperature(values: FloatArray, temperature: float) -> FloatArray:
+    """``values /= temperature`` in place; quotients beyond the float range become ±inf, without warning.
+
+    A temperature below the smallest normal number of the dtype (1e-46 is 0 in float32, and 0/0 would be
+    NaN; a subnormal keeps only a few digits) divides in float64 instead, the result cast back.
+    """
+    typed = values.dtype.type(temperature)
+    with np.errstate(over="ignore", under="ignore"):
+        if typed >= np.finfo(values.dtype).tiny:
+            values /= typed
+        else:
+            np.divide(values, np.float64(temperature), out=values, casting="same_kind")
+    return values
+
+
 def check_finite_scalar(
     value: float, *, field: str, minimum: float | None = None, strict: bool = False
 ) -> float:
@@ -103,6 +121,41 @@ def rows_per_block(elements_per_row: int, total_rows: int) -> int:
     return max(1, min(per_block, total_rows))
 
 
-def index_lists(flags: BoolArray) -> list[list[int]]:
-    """The index of every True entry of ``flags``, as lists of ints."""
-    return [[int(i) for i in index] for index in np.argwhere(flags)]
+def first_indices(flags: BoolArray, limit: int) -> list[list[int]]:
+    """The indices of the first ``limit`` True entries of ``flags`` (C order), as lists of ints.
+
+    Scans a block at a time, so that finding a few among millions does not list them all.
+    """
+    flat = flags.reshape(-1)
+    found: list[int] = []
+    for start in range(0, flat.size, BLOCK_ELEMENTS):
+        hits = np.flatnonzero(flat[start : start + BLOCK_ELEMENTS])[: limit - len(found)]
+        found.extend(int(hit) + start for hit in hits)
+        if len(found) == limit:
+            break
+    if flags.ndim == 0:  # np.unravel_index refuses the empty shape; the index of a 0-d entry is []
+        return [[] for _ in found]
+    rows: list[list[int]] = np.stack(np.unravel_index(found, flags.shape), axis=-1).tolist()
+    return rows
+
+
+def batch_blocks(batch: tuple[int, ...], elements_per_item: int) -> list[tuple[int | slice, ...]]:
+    """Indices that split an array with leading dimensions ``batch`` into basic-indexed blocks (views).
+
+    Each block holds at most ``BLOCK_ELEMENTS // elements_per_item`` batch entries (at least one): whole
+    trailing dimensions, and a range of the one before them.
+    """
+    budget = max(1, BLOCK_ELEMENTS // max(elements_per_item, 1))
+    if math.prod(batch) <= budget:
+        return [()]
+    split = len(batch)  # the axis to cut in ranges: the innermost whose trailing dimensions still fit
+    while math.prod(batch[split - 1 :]) <= budget:
+        split -= 1
+    axis = split - 1
+    inner = math.prod(batch[split:])
+    step = max(1, budget // inner)
+    return [
+        (*outer, slice(start, min(start + step, batch[axis])))
+        for outer in np.ndindex(*batch[:axis])
+        for start in range(0, batch[axis], step)
+    ]

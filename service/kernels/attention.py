@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -11,14 +12,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from service.kernels._common import (
+    LISTED_EMPTY_ROWS,
     BoolArray,
     DTypeArg,
     FloatArray,
+    IntArray,
     as_bool_mask,
     as_float_array,
+    batch_blocks,
     check_finite_scalar,
     check_int,
-    index_lists,
+    first_indices,
     overflow_error,
     resolve_float_dtype,
     rows_per_block,
@@ -44,11 +48,6 @@ class AttentionShapes:
     def scores_elements(self) -> int:
         """Entries in the full score matrix, ``prod(batch) * n * m``."""
         return math.prod(self.batch) * self.n * self.m
-
-    @property
-    def work_elements(self) -> int:
-        """Entries in the largest array a call creates: the scores or, when d_v > m, the output."""
-        return math.prod(self.batch) * self.n * max(self.m, self.d_v)
 
     @property
     def output_elements(self) -> int:
@@ -157,14 +156,18 @@ def _check_broadcasts_to_weights(shape: tuple[int, ...], shapes: AttentionShapes
 
 @dataclass(frozen=True)
 class AttentionResult:
-    """Attention output, plus the optional intermediates that were asked for."""
+    """Attention output, plus the optional intermediates that were asked for.
+
+    ``empty_rows`` indexes the rows that saw no key (all-zero output): an int64 array of shape (k, r),
+    one row index of rank r = ``len(batch) + 1`` (``len(batch)`` for a single query) per empty row.
+    """
 
     output: FloatArray
     weights: FloatArray | None
     scores: FloatArray | None
     logsumexp: FloatArray | None
     scale: float
-    empty_rows: list[list[int]]
+    empty_rows: IntArray
 
 
 def attention(
@@ -187,7 +190,8 @@ def attention(
     """``softmax(Q Kᵀ · scale + bias, over visible keys) @ V`` with broadcasting over leading dimensions.
 
     ``mask`` is True where a query may attend to a key; ``causal`` further hides later keys. Without
-    weights or scores requested, query rows are processed in blocks so that temporaries stay small.
+    weights or scores requested, query rows (and, for a large batch, batch entries) are processed in
+    blocks so that temporaries stay small.
     """
     float_dtype = resolve_float_dtype(dtype)
     if causal_alignment not in ("lower_right", "upper_left"):
@@ -221,17 +225,23 @@ def attention(
         b = None if b is None or b.ndim == 0 else b[..., np.newaxis, :]
     causal_offset = None if not causal else (shapes.m - shapes.n if causal_alignment == "lower_right" else 0)
 
+    index_rank = len(shapes.batch) + (0 if shapes.single_query else 1)
     if visible is None and shapes.m > 0 and (causal_offset is None or causal_offset >= 0):
-        empty_indices: list[list[int]] = []  # every row sees key 0; skips ~9 µs of a tiny request
+        empty_indices = np.empty((0, index_rank), dtype=np.int64)  # every row sees key 0; skips ~9 µs
     else:
         empty_flags = _empty_row_flags(visible, shapes, causal_offset)
-        empty_indices = index_lists(empty_flags[..., 0] if shapes.single_query else empty_flags)
-    if empty_indices and empty_rows == "error":
-        raise EmptyRowError(
-            _empty_rows_message(empty_indices, causal_offset, shapes),
-            rows=empty_indices,
-            field="mask" if visible is not None else "causal",  # blame what the caller sent
-        )
+        if shapes.single_query:
+            empty_flags = empty_flags[..., 0]
+        if empty_rows == "error" and (count := int(np.count_nonzero(empty_flags))):
+            # Only the first few are indexed: listing millions of rows would cost seconds and gigabytes.
+            listed = first_indices(empty_flags, LISTED_EMPTY_ROWS)
+            raise EmptyRowError(
+                _empty_rows_message(listed, count, causal_offset, shapes),
+                rows=listed,
+                count=count,
+                field="mask" if visible is not None else "causal",  # blame what the caller sent
+            )
+        empty_indices = np.argwhere(empty_flags).astype(np.int64, copy=False)
 
     hidden = None if visible is None else ~visible
     result = _attend(
@@ -288,10 +298,10 @@ def _empty_row_flags(
     return ~np.broadcast_to(has_key, rows_shape)
 
 
-def _empty_rows_message(rows: list[list[int]], causal_offset: int | None, shapes: AttentionShapes) -> str:
-    what = "query row" if len(rows) == 1 else f"{len(rows)} query rows"
-    verb = "has" if len(rows) == 1 else "have"
-    message = f"{what} {describe_rows(rows)} {verb} no visible key"
+def _empty_rows_message(
+    rows: list[list[int]], count: int, causal_offset: int | None, shapes: AttentionShapes
+) -> str:
+    message = describe_rows("query row", "no visible key", rows, count)
     if causal_offset is not None and causal_offset < 0:
         message += (
             f" (with lower_right causal alignment and more queries than keys, n={shapes.n} > m={shapes.m}, "
@@ -316,22 +326,82 @@ def _attend(
     return_scores: bool,
     return_logsumexp: bool,
 ) -> tuple[FloatArray, FloatArray | None, FloatArray | None, FloatArray | None]:
-    """The attention itself on row-shaped inputs ([..., n, d_k] queries), one block of rows at a time."""
+    """The attention on row-shaped inputs ([..., n, d_k] queries), in blocks of batch entries and rows."""
+    if abs(scale) > float(np.finfo(dtype).max):  # checked first: the float32 cast would warn and give inf
+        raise overflow_error(f"the scale {scale:g}", dtype, field="scale")
+    # A scale that underflows to 0 in float32 is kept: all scores 0 (plus bias) is the answer in float32.
+    scale_typed = dtype.type(scale)
+
+    batch, n, m = shapes.batch, shapes.n, shapes.m
+    output: FloatArray = np.empty((*batch, n, shapes.d_v), dtype=dtype)
+    weights: FloatArray | None = np.empty((*batch, n, m), dtype=dtype) if return_weights else None
+    scores: FloatArray | None = np.empty((*batch, n, m), dtype=dtype) if return_scores else None
+    logsumexp: FloatArray | None = np.empty((*batch, n), dtype=dtype) if return_logsumexp else None
+    inputs: tuple[Any, ...] = (q, k, v, hidden, bias)
+    # Even one row per block is prod(batch) x m scores, so a large batch is also split into blocks, unless
+    # the weights or scores are returned anyway (then the temporaries are no larger than the results).
+    blocks = [()] if return_weights or return_scores else batch_blocks(batch, m)
+    if len(blocks) > 1:
+        # Every input broadcast to the whole batch (views, no copies), so that a block indexes them all alike.
+        inputs = tuple(None if array is None else _to_batch(array, batch) for array in inputs)
+    for index in blocks:
+        parts: tuple[Any, ...] = tuple(None if a is None else a[index] for a in inputs) if index else inputs
+        block_q, block_k, block_v, block_hidden, block_bias = parts
+        block_output = output[index]
+        _attend_rows(
+            block_q,
+            block_k,
+            block_v,
+            hidden=block_hidden,
+            bias=block_bias,
+            causal_offset=causal_offset,
+            scale=scale_typed,
+            shapes=dataclasses.replace(shapes, batch=block_output.shape[:-2]) if index else shapes,
+            block_rows=block_rows,
+            output=block_output,
+            weights=None if weights is None else weights[index],
+            scores_out=None if scores is None else scores[index],
+            logsumexp=None if logsumexp is None else logsumexp[index],
+        )
+    return output, weights, scores, logsumexp
+
+
+def _to_batch(array: Any, batch: tuple[int, ...]) -> Any:
+    """``array`` broadcast (as a view) to ``batch`` followed by its own last two dimensions."""
+    rows = array.shape[-2] if array.ndim >= 2 else 1
+    columns = array.shape[-1] if array.ndim >= 1 else 1
+    return np.broadcast_to(array, (*batch, rows, columns))
+
+
+def _attend_rows(
+    q: FloatArray,
+    k: FloatArray,
+    v: FloatArray,
+    *,
+    hidden: BoolArray | None,
+    bias: FloatArray | None,
+    causal_offset: int | None,
+    scale: np.floating[Any],
+    shapes: AttentionShapes,
+    block_rows: int | None,
+    output: FloatArray,
+    weights: FloatArray | None,
+    scores_out: FloatArray | None,
+    logsumexp: FloatArray | None,
+) -> None:
+    """Attention over the whole of ``shapes.batch``, one block of query rows at a time, into the outputs."""
     n, m = shapes.n, shapes.m
     if block_rows is None:
-        materialized = return_weights or return_scores
+        materialized = weights is not None or scores_out is not None
         block_rows = n if materialized else rows_per_block(math.prod(shapes.batch) * m, n)
-    output: FloatArray = np.empty((*shapes.batch, n, shapes.d_v), dtype=dtype)
-    weights: FloatArray | None = np.empty((*shapes.batch, n, m), dtype=dtype) if return_weights else None
-    scores_out: FloatArray | None = np.empty((*shapes.batch, n, m), dtype=dtype) if return_scores else None
-    logsumexp: FloatArray | None = np.empty((*shapes.batch, n), dtype=dtype) if return_logsumexp else None
     key_t = np.swapaxes(k, -1, -2)
-    scale_typed = dtype.type(scale)
     key_positions = np.arange(m)
 
     for start in range(0, n, block_rows):
         stop = min(start + block_rows, n)
         block_shape = (*shapes.batch, stop - start, m)
+        block_query = q[..., start:stop, :]
+        block_bias = None if bias is None else _row_block(bias, start, stop)
         block_hidden = None if hidden is None else _row_block(hidden, start, stop)
         if causal_offset is not None:
             causal_hidden = key_positions > (np.arange(start, stop) + causal_offset)[:, np.newaxis]
@@ -339,23 +409,22 @@ def _attend(
 
         # Overflow in any of these steps is detected by the finiteness check below.
         with np.errstate(over="ignore", invalid="ignore"):
-            scores = np.matmul(q[..., start:stop, :], key_t)
+            scores = np.matmul(block_query, key_t)
             if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
                 scores = np.broadcast_to(scores, block_shape).copy()
-            scores *= scale_typed
-            if bias is not None:
-                scores += _row_block(bias, start, stop)
-        finite = np.isfinite(scores)
-        if not finite.all() and (block_hidden is None or not (finite | block_hidden).all()):
-            raise overflow_error("the attention scores", dtype, field=_blame_for_scores(q, k, bias))
+            scores *= scale
+            if block_bias is not None:
+                scores += block_bias
+        if not _all_finite_or_hidden(scores, block_hidden):
+            field = _blame_for_scores(block_query, key_t, block_bias, scale, block_hidden)
+            raise overflow_error("the attention scores", output.dtype, field=field)
         if block_hidden is not None:
             np.copyto(scores, -np.inf, where=block_hidden)
 
         row_max = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
         empty = np.isneginf(row_max)
         has_empty = bool(empty.any())
-        if return_scores:
-            assert scores_out is not None
+        if scores_out is not None:
             scores_out[..., start:stop, :] = scores
         # Empty rows are all -inf; shifting them by 0 instead of -inf gives exp() == 0 rather than NaN.
         with np.errstate(over="ignore", under="ignore"):  # a span beyond the float range shifts to -inf
@@ -370,13 +439,12 @@ def _attend(
         with np.errstate(over="ignore", invalid="ignore"):
             block_output = np.matmul(scores, v)
         if not np.isfinite(block_output).all():
-            raise overflow_error("the attention output", dtype, field="value")
+            raise overflow_error("the attention output", output.dtype, field="value")
         output[..., start:stop, :] = block_output
         if weights is not None:
             weights[..., start:stop, :] = scores
         if logsumexp is not None:
             logsumexp[..., start:stop] = (np.log(denominator) + row_max)[..., 0]
-    return output, weights, scores_out, logsumexp
 
 
 def _row_block(array: Any, start: int, stop: int) -> Any:
@@ -386,11 +454,33 @@ def _row_block(array: Any, start: int, stop: int) -> Any:
     return array
 
 
-def _blame_for_scores(q: FloatArray, k: FloatArray, bias: FloatArray | None) -> str:
-    """The input most likely behind non-finite scores: a non-finite input, else the larger one."""
-    for field, array in (("bias", bias), ("query", q), ("key", k)):
+def _all_finite_or_hidden(values: FloatArray, hidden: BoolArray | None) -> bool:
+    """Whether every entry of ``values`` is finite or hidden (a hidden key may hold anything)."""
+    finite = np.isfinite(values)
+    return bool(finite.all()) or (hidden is not None and bool((finite | hidden).all()))
+
+
+def _blame_for_scores(
+    q: FloatArray,
+    key_t: FloatArray,
+    bias: FloatArray | None,
+    scale: np.floating[Any],
+    hidden: BoolArray | None,
+) -> str:
+    """The input behind non-finite scores: a non-finite input, else the step that first overflows.
+
+    Only called once the scores of a block overflowed, so recomputing them step by step costs nothing
+    in the common case.
+    """
+    for field, array in (("bias", bias), ("query", q), ("key", key_t)):
         if array is not None and not np.isfinite(array).all():
             return field
-    largest_query = float(np.max(np.abs(q), initial=0.0))
-    largest_key = float(np.max(np.abs(k), initial=0.0))
-    return "query" if largest_query >= largest_key else "key"
+    with np.errstate(over="ignore", invalid="ignore"):
+        products = np.matmul(q, key_t)
+        if not _all_finite_or_hidden(products, hidden):
+            largest_query = float(np.max(np.abs(q), initial=0.0))
+            largest_key = float(np.max(np.abs(key_t), initial=0.0))
+            return "query" if largest_query >= largest_key else "key"
+        if not _all_finite_or_hidden(products * scale, hidden):
+            return "scale"
+    return "bias"

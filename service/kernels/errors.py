@@ -19,11 +19,14 @@ class ShapeError(KernelError):
 
 
 class EmptyRowError(KernelError):
-    """A row has nothing visible; ``rows`` holds the index list of every such row."""
+    """Rows have nothing visible: ``count`` of them, the first few of which are indexed in ``rows``."""
 
-    def __init__(self, message: str, *, rows: list[list[int]], field: str | None = "mask") -> None:
+    def __init__(
+        self, message: str, *, rows: list[list[int]], count: int, field: str | None = "mask"
+    ) -> None:
         super().__init__(message, field=field)
         self.rows = rows
+        self.count = count
 
 
 class NumericalOverflowError(KernelError):
@@ -35,8 +38,11 @@ def format_shape(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(size)) for size in shape) + "]"
 
 
-def describe_rows(rows: list[list[int]], *, limit: int = 3) -> str:
-    """The first ``limit`` row indices, e.g. ``[0, 1], [0, 2] and 5 more``."""
+def describe_rows(noun: str, problem: str, rows: list[list[int]], count: int, *, limit: int = 3) -> str:
+    """E.g. ``4,194,304 query rows have no visible key; the first: [0, 0], [0, 1], [0, 2]``."""
     shown = ", ".join(format_shape(row) for row in rows[:limit])
-    hidden = len(rows) - limit
-    return f"{shown} and {hidden} more" if hidden > 0 else shown
+    if count == 1:
+        return f"{noun} {shown} has {problem}"
+    if count <= limit:
+        return f"{count:,} {noun}s have {problem}: {shown}"
+    return f"{count:,} {noun}s have {problem}; the first: {shown}"

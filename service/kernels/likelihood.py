@@ -17,6 +17,7 @@ from service.kernels._common import (
     as_float_array,
     check_finite_scalar,
     check_int,
+    divide_by_temperature,
     overflow_error,
     resolve_float_dtype,
     rows_per_block,
@@ -115,31 +116,40 @@ def sequence_log_likelihood(
     top_ids = np.empty((count, k), dtype=np.int64)
     top_values = np.empty((count, k), dtype=float_dtype)
     block = rows_per_block(vocabulary, count)
-    divisor = float_dtype.type(temperature)
     for start in range(0, count, block):
         stop = min(start + block, count)
-        tempered = rows_2d[scoring_rows[start:stop]]  # a copy: fancy indexing
-        if temperature != 1:
-            with np.errstate(over="ignore"):
-                tempered /= divisor
-        if not np.isfinite(tempered).all():
-            raise overflow_error("logits divided by the temperature", float_dtype, field="logits")
-        target_values = np.take_along_axis(tempered, scored_targets[start:stop, np.newaxis], axis=-1)
-        ranks[start:stop] = 1 + np.count_nonzero(tempered > target_values, axis=-1)
+        rows = rows_2d[scoring_rows[start:stop]]  # a copy: fancy indexing
+        if not np.isfinite(rows).all():
+            raise overflow_error("logits", float_dtype, field="logits")
+        targets_column = scored_targets[start:stop, np.newaxis]
+        # Ranks and top ids compare the logits themselves: a temperature does not change their order, and
+        # dividing by a small one would round distinct logits to the same -inf.
+        target_logits = np.take_along_axis(rows, targets_column, axis=-1)
+        ranks[start:stop] = 1 + np.count_nonzero(rows > target_logits, axis=-1)
         if k:
-            top_ids[start:stop] = _top_ids(tempered, k)
-            top_values[start:stop] = np.take_along_axis(tempered, top_ids[start:stop], axis=-1)
-        row_max = tempered.max(axis=-1, keepdims=True)
-        # Logits spanning more than the float range shift to -inf (probability 0); a target that does
-        # makes the perplexity overflow, which is reported below.
+            top_ids[start:stop] = _top_ids(rows, k)
+        # As in softmax: dividing the max-shifted logits by a small temperature can only underflow towards
+        # -inf, never overflow (so 1e-310 still scores the row max as 0); a temperature above 1 divides
+        # first, which cannot overflow and may bring a span beyond the float range back into it. Logits
+        # whose span stays beyond the range shift to -inf (probability 0).
+        if temperature > 1:
+            divide_by_temperature(rows, temperature)
         with np.errstate(over="ignore", under="ignore"):
-            tempered -= row_max
-            np.exp(tempered, out=tempered)
-            log_total = np.log(tempered.sum(axis=-1, keepdims=True))
-            # Same operation order as log_softmax: (x - max) - log(sum(exp(x - max))).
-            logprobs[start:stop] = ((target_values - row_max) - log_total)[:, 0]
-            if k:
-                top_values[start:stop] = (top_values[start:stop] - row_max) - log_total
+            rows -= rows.max(axis=-1, keepdims=True)
+        if temperature < 1:
+            divide_by_temperature(rows, temperature)
+        # Same operation order as log_softmax: shifted - log(sum(exp(shifted))).
+        target_shifted = np.take_along_axis(rows, targets_column, axis=-1)
+        if k:
+            top_values[start:stop] = np.take_along_axis(rows, top_ids[start:stop], axis=-1)
+        with np.errstate(under="ignore"):
+            np.exp(rows, out=rows)
+        log_total = np.log(rows.sum(axis=-1, keepdims=True))  # >= 0: each row holds exp(0) = 1
+        logprobs[start:stop] = (target_shifted - log_total)[:, 0]
+        if k:
+            top_values[start:stop] -= log_total  # -inf stays -inf (probability 0), never NaN
+        if np.isneginf(logprobs[start:stop]).any():
+            raise overflow_error("the log-probability of a target token", float_dtype, field="logits")
 
     return _summarize(
         scored=scored,

@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from service.kernels._common import (
+    LISTED_EMPTY_ROWS,
     BoolArray,
     DTypeArg,
     FloatArray,
@@ -17,7 +18,8 @@ from service.kernels._common import (
     as_float_array,
     check_finite_scalar,
     check_int,
-    index_lists,
+    divide_by_temperature,
+    first_indices,
     overflow_error,
     resolve_float_dtype,
 )
@@ -89,9 +91,9 @@ def softmax(
     if visible is not None:
         visible = np.broadcast_to(visible, shape)
         empty = np.asarray(~visible.any(axis=-1))
-        if empty.any():
-            rows = index_lists(empty)
-            raise EmptyRowError(_empty_rows_message(rows), rows=rows, field="mask")
+        if count := int(np.count_nonzero(empty)):
+            rows = first_indices(empty, LISTED_EMPTY_ROWS)  # a few: listing millions would cost seconds
+            raise EmptyRowError(_empty_rows_message(rows, count), rows=rows, count=count, field="mask")
 
     finite = np.isfinite(x)
     if not finite.all() and (visible is None or not (finite | ~visible).all()):
@@ -115,8 +117,9 @@ def softmax(
     else:
         keep = np.ones(shape, dtype=np.bool_) if visible is None else visible.copy()
         if temperature != 1 and not divided_first:
-            with np.errstate(over="ignore"):
-                shifted /= typed_temperature
+            # A temperature that rounds to 0 in float32 is divided in float64: the row maxima stay 0
+            # and the rest go to -inf, the greedy limit, rather than 0/0 = NaN.
+            divide_by_temperature(shifted, temperature)
     if top_k is not None and top_k < shape[-1]:
         keep &= masked >= _kth_largest(masked, top_k)
     if top_p is not None and top_p < 1:
@@ -169,12 +172,11 @@ def _normalize(shifted: FloatArray, keep: BoolArray) -> tuple[FloatArray, FloatA
     return probabilities, log_probabilities
 
 
-def _empty_rows_message(rows: list[list[int]]) -> str:
+def _empty_rows_message(rows: list[list[int]], count: int) -> str:
     if rows == [[]]:
         return "the logits row has no visible entry: the mask hides every entry"
-    what = "logits row" if len(rows) == 1 else f"{len(rows)} logits rows"
-    verb = "has" if len(rows) == 1 else "have"
-    return f"{what} {describe_rows(rows)} {verb} no visible entry: the mask hides every entry of the row"
+    which = "the row" if count == 1 else "each such row"
+    return describe_rows("logits row", "no visible entry", rows, count) + f" (the mask hides all of {which})"
 
 
 def log_softmax(
@@ -186,15 +188,19 @@ def log_softmax(
     x = as_float_array(logits, float_dtype, field="logits")
     if x.ndim == 0:
         raise ShapeError("logits must have at least 1 dimension [..., V] but is a scalar", field="logits")
-    if temperature != 1:
-        with np.errstate(over="ignore"):
-            x = x / float_dtype.type(temperature)
     if not np.isfinite(x).all():
         raise overflow_error("logits", float_dtype, field="logits")
     if x.shape[axis] == 0:
         return x.copy()
+    # As in softmax: dividing the max-shifted logits by a small temperature can only underflow towards
+    # -inf (a log-probability of -inf: probability 0 in this dtype), never overflow; a temperature
+    # above 1 divides first, which cannot overflow and may bring a span beyond the float range back.
+    if temperature > 1:
+        x = divide_by_temperature(x.copy(), temperature)
     with np.errstate(over="ignore", under="ignore"):  # a span beyond the float range shifts to -inf
         shifted = x - np.max(x, axis=axis, keepdims=True)
+        if temperature < 1:
+            divide_by_temperature(shifted, temperature)
         total = np.exp(shifted).sum(axis=axis, keepdims=True)
     result: FloatArray = shifted - np.log(total)
     return result

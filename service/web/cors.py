@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flask import Flask
+from flask import Flask, Response
 from flask_cors import CORS
 
 
@@ -18,3 +18,12 @@ def enable_cors(app: Flask) -> None:
         supports_credentials=False,
         send_wildcard=app.config["CORS_ORIGINS"] == ["*"],  # "*" rather than an echo: cacheable by any proxy
     )
+    if app.config["CORS_ORIGINS"] != ["*"]:
+        app.after_request(_vary_on_origin)
+
+
+def _vary_on_origin(response: Response) -> Response:
+    # With a list of origins the CORS headers depend on the request's Origin, so a shared cache must
+    # keep one copy per Origin (flask-cors says so only on the responses it decorates).
+    response.vary.add("Origin")
+    return response

@@ -9,6 +9,7 @@ import flask
 import orjson
 from webargs import core
 from webargs.flaskparser import FlaskParser, abort
+from werkzeug.exceptions import RequestEntityTooLarge
 
 
 class OrjsonParser(FlaskParser):
@@ -23,6 +24,11 @@ class OrjsonParser(FlaskParser):
         if not core.is_json(req.mimetype):
             return core.missing
         data = req.get_data(cache=True)
+        limit = req.max_content_length
+        if req.content_length is None and limit is not None and len(data) >= limit:
+            # A chunked body has no Content-Length to refuse up front, and werkzeug stops reading it at
+            # the limit: what reached the limit may have been cut short, so refuse it rather than parse it.
+            raise RequestEntityTooLarge()
         if not data.strip():
             abort(400, messages={"json": ["The request body is empty: send a JSON object."]})
         try:

@@ -18,6 +18,8 @@ from service.web.request_id import current_request_id
 
 PROBLEM_MIMETYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
+MAX_REPORTED_FIELDS = 20
+MAX_MESSAGES_PER_FIELD = 5
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +79,11 @@ def problem_response(problem: Problem) -> Response:
     request_id = current_request_id()
     if request_id is not None:
         body["request_id"] = request_id
-    response = Response(dumps_bytes(body), status=problem.status, mimetype=PROBLEM_MIMETYPE)
+    try:
+        payload = dumps_bytes(body)
+    except TypeError:  # a client's field name with a lone surrogate, echoed back: escape it
+        payload = dumps_bytes(_escape_surrogates(body))
+    response = Response(payload, status=problem.status, mimetype=PROBLEM_MIMETYPE)
     response.headers.update(problem.headers)
     return response
 
@@ -106,16 +112,33 @@ def problem_from_http_exception(error: HTTPException) -> Problem:
     return Problem(status, error.description or "", headers=headers)
 
 
+def _escape_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, Mapping):
+        return {_escape_surrogates(key): _escape_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_escape_surrogates(item) for item in value]
+    return value
+
+
 def _field_errors(messages: Any, schema: ma.Schema | None) -> dict[str, list[str]]:
+    """Messages per field, at most MAX_REPORTED_FIELDS fields and MAX_MESSAGES_PER_FIELD messages each.
+
+    A body with a million unknown fields must not become a million-entry answer.
+    """
     if not isinstance(messages, Mapping):
-        return {"body": [str(m) for m in _as_list(messages)]}
+        return {"body": [str(m) for m in _as_list(messages)[:MAX_MESSAGES_PER_FIELD]]}
     errors: dict[str, list[str]] = {}
-    for field, field_messages in messages.items():
+    for field, field_messages in list(messages.items())[:MAX_REPORTED_FIELDS]:
         name = "body" if field == "_schema" else str(field)
-        texts = [str(m) for m in _as_list(field_messages)]
+        texts = [str(m) for m in _as_list(field_messages)[:MAX_MESSAGES_PER_FIELD]]
         if texts == ["Unknown field."] and schema is not None:
             texts = [_unknown_field_message(name, list(schema.fields))]
         errors.setdefault(name, []).extend(texts)
+    if len(messages) > MAX_REPORTED_FIELDS:
+        more = len(messages) - MAX_REPORTED_FIELDS
+        errors.setdefault("body", []).append(f"{more:,} more fields have errors that are not listed here.")
     return errors
 
 
@@ -134,7 +157,9 @@ def _as_list(value: Any) -> list[Any]:
 
 
 def _summarize(errors: Mapping[str, list[str]]) -> str:
-    parts = [f"{field}: {messages[0]}" for field, messages in errors.items() if messages]
+    parts = [f"{field}: {messages[0]}" for field, messages in list(errors.items())[:3] if messages]
+    if len(errors) > 3:
+        parts.append(f"(and {len(errors) - 3} more fields, listed in errors)")
     return "The request is invalid. " + " ".join(parts)
 
 

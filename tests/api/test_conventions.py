@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
 
 from service import create_app
 from tests.problems import assert_problem
@@ -155,3 +158,69 @@ def test_unexpected_errors_are_500_problem_json(app: Flask, monkeypatch: pytest.
     app.config["PROPAGATE_EXCEPTIONS"] = False
     problem = assert_problem(app.test_client().post("/v1/attention", json=SEED), 500)
     assert "boom" not in problem["detail"]
+
+
+def _chunked(client: FlaskClient, body: bytes) -> TestResponse:
+    return client.post(
+        "/v1/softmax",
+        input_stream=io.BytesIO(body),
+        headers={"Content-Type": "application/json", "Transfer-Encoding": "chunked"},
+        environ_overrides={"wsgi.input_terminated": True},  # as gunicorn marks a chunked body
+    )
+
+
+def test_chunked_body_over_the_limit_is_413_not_cut_short() -> None:
+    client = create_app({"TESTING": True, "MAX_CONTENT_LENGTH": 1000}).test_client()
+    # Cut at the limit, this body would parse (trailing blanks); it must be refused whole.
+    assert_problem(_chunked(client, b'{"logits": [1, 2]}' + b" " * 2000 + b"not json"), 413)
+    assert _chunked(client, b'{"logits": [1, 2]}').status_code == 200
+
+
+def test_a_field_name_that_is_not_valid_unicode_is_422_not_500(client: FlaskClient) -> None:
+    response = client.post(
+        "/v1/softmax", data='{"logits": [1], "\\ud800": 1}', content_type="application/json"
+    )
+    problem = assert_problem(response, 422)
+    assert list(problem["errors"]) == ["\\ud800"]  # escaped, since JSON text cannot carry a lone surrogate
+
+
+def test_a_million_unknown_fields_get_a_short_answer(client: FlaskClient) -> None:
+    body = {"logits": [1.0], **{f"field{i}": 0 for i in range(100_000)}}
+    response = client.post("/v1/softmax", json=body)
+    problem = assert_problem(response, 422, field="body", says="99,980 more fields")
+    assert len(problem["errors"]) == 21  # 20 named fields and the summary under "body"
+    assert len(response.get_data()) < 10_000
+
+
+def test_include_lists_longer_than_the_choices_are_refused_before_checking_each(client: FlaskClient) -> None:
+    response = client.post("/v1/softmax", json={"logits": [1.0], "include": ["zz"] * 100_000})
+    problem = assert_problem(response, 422, field="include", says="at most 1 name")
+    assert len(response.get_data()) < 2_000
+    assert problem["errors"]["include"] == ["At most 1 name, from: log_probabilities."]
+
+
+def test_each_held_attention_matrix_counts_against_the_work_limit() -> None:
+    client = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1000}).test_client()
+    body = {"query": [[0.0]] * 25, "key": [[0.0]] * 30, "value": [[1.0]] * 30}  # 750 scores
+    assert client.post("/v1/attention", json={**body, "include": ["weights"]}).status_code == 200
+    problem = assert_problem(
+        client.post("/v1/attention", json={**body, "include": ["weights", "scores"]}), 413, says="1,500"
+    )
+    assert "1,000" in problem["detail"]
+
+
+def test_listing_empty_rows_counts_against_the_work_limit() -> None:
+    client = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1000}).test_client()
+    # 20 batches × 30 rows, each row listed as [batch, row]: up to 1,200 integers
+    body = {"query": [[[0.0]] * 30] * 20, "key": [[0.0]], "value": [[1.0]], "include": []}
+    assert client.post("/v1/attention", json=body).status_code == 200
+    assert_problem(client.post("/v1/attention", json={**body, "empty_rows": "zero"}), 413, says="1,200")
+
+
+def test_top_logprobs_objects_count_against_the_work_limit() -> None:
+    client = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1000}).test_client()
+    body = {"logits": [[0.0] * 10] * 5, "targets": [0] * 5}  # 50 logits
+    assert (
+        client.post("/v1/log-likelihood", json={**body, "top_logprobs": 5}).status_code == 200
+    )  # 5·5·32 = 800
+    assert_problem(client.post("/v1/log-likelihood", json={**body, "top_logprobs": 7}), 413, says="1,120")

@@ -118,3 +118,9 @@ def test_every_served_file_is_package_data() -> None:
     for path in served:
         relative = path.relative_to(ROOT / "service").as_posix()
         assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
+
+
+def test_html_under_static_carries_the_page_policy(client: FlaskClient) -> None:
+    response = client.get("/static/index.html")
+    assert response.status_code == 200
+    assert "default-src 'self'" in response.headers["Content-Security-Policy"]

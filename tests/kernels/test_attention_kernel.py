@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,10 +20,11 @@ from service.kernels import (
     KernelError,
     NumericalOverflowError,
     ShapeError,
+    _common,
     attention,
     attention_shapes,
 )
-from tests.references import Reference, attention_cases, reference_for_case
+from tests.references import Reference, attention_cases, reference_attention, reference_for_case
 
 FAST = settings(max_examples=50, deadline=None)
 Array = NDArray[Any]
@@ -59,8 +62,9 @@ def test_matches_loop_reference(case: dict[str, Any]) -> None:
     np.testing.assert_allclose(result.weights.sum(axis=-1)[visible_rows], 1.0, rtol=1e-12)
     assert (result.weights[reference.empty] == 0).all()
     assert (result.output[reference.empty] == 0).all()
-    expected_rows = [list(index) for index in np.argwhere(reference.empty)]
-    assert result.empty_rows == expected_rows
+    assert result.empty_rows.dtype == np.int64
+    assert result.empty_rows.shape == (int(reference.empty.sum()), reference.empty.ndim)
+    np.testing.assert_array_equal(result.empty_rows, np.argwhere(reference.empty))
 
 
 @FAST
@@ -88,7 +92,7 @@ def test_blocked_equals_unblocked(case: dict[str, Any], block_rows: int) -> None
     for result in (blocked, automatic):
         np.testing.assert_allclose(result.output, whole.output, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(result.logsumexp, whole.logsumexp, rtol=1e-12)
-        assert result.empty_rows == whole.empty_rows
+        np.testing.assert_array_equal(result.empty_rows, whole.empty_rows)
     # Blocks may also fill requested weights.
     with_weights, _ = run_both(case, return_weights=True, block_rows=block_rows)
     np.testing.assert_allclose(with_weights.output, whole.output, rtol=1e-12, atol=1e-15)
@@ -162,22 +166,26 @@ def test_single_query_empty_row_indexes_the_batch_only() -> None:
     with pytest.raises(EmptyRowError) as raised:
         attention([1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), mask=mask)
     assert raised.value.rows == [[1]]
+    assert raised.value.count == 1
     assert raised.value.field == "mask"
     result = attention([1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), mask=mask, empty_rows="zero")
-    assert result.empty_rows == [[1]]
+    assert result.empty_rows.tolist() == [[1]]
     assert result.output.tolist() == [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
     with pytest.raises(EmptyRowError) as raised:
         attention([1.0, 0.0], np.ones((2, 2)), np.ones((2, 3)), mask=[False, False])
     assert raised.value.rows == [[]]
+    assert raised.value.count == 1
 
 
-def test_empty_rows_error_lists_every_row() -> None:
+def test_empty_rows_error_lists_the_rows() -> None:
     mask = np.ones((2, 3, 4), dtype=bool)
     mask[0, 1] = False
     mask[1, 2] = False
     with pytest.raises(EmptyRowError) as raised:
         attention(np.ones((2, 3, 2)), np.ones((4, 2)), np.ones((4, 2)), mask=mask)
     assert raised.value.rows == [[0, 1], [1, 2]]
+    assert raised.value.count == 2
+    assert raised.value.message.startswith("2 query rows have no visible key: [0, 1], [1, 2]")
     assert raised.value.field == "mask"
     assert "[0, 1]" in raised.value.message
     assert "[1, 2]" in raised.value.message
@@ -190,14 +198,16 @@ def test_lower_right_causal_with_more_queries_than_keys_leaves_first_rows_empty(
     with pytest.raises(EmptyRowError) as raised:
         attention(query, key, value, causal=True)
     assert raised.value.rows == [[0], [1]]
+    assert raised.value.count == 2
+    assert raised.value.field == "causal"
     assert "[0]" in raised.value.message
     result = attention(query, key, value, causal=True, empty_rows="zero", return_weights=True)
-    assert result.empty_rows == [[0], [1]]
+    assert result.empty_rows.tolist() == [[0], [1]]
     assert (result.output[:2] == 0).all()
     # Row 2 sees key 0 only; the last row sees every key.
     np.testing.assert_array_equal(result.weights[2], [1.0, 0.0, 0.0])
     upper_left = attention(query, key, value, causal=True, causal_alignment="upper_left", return_weights=True)
-    assert upper_left.empty_rows == []
+    assert upper_left.empty_rows.shape == (0, 1)
     np.testing.assert_array_equal(upper_left.weights[0], [1.0, 0.0, 0.0])
 
 
@@ -207,7 +217,7 @@ def test_zero_keys_make_every_row_empty() -> None:
     )
     assert result.output.tolist() == [[0.0] * 4] * 2
     assert result.logsumexp.tolist() == [-math.inf, -math.inf]
-    assert result.empty_rows == [[0], [1]]
+    assert result.empty_rows.tolist() == [[0], [1]]
 
 
 def test_large_but_finite_scores_stay_stable() -> None:
@@ -225,6 +235,14 @@ def test_large_but_finite_scores_stay_stable() -> None:
         (([[1.0, 0.0]], [[1e39, 0.0]], [[1.0]]), {"dtype": np.float32}, "key"),
         (([[1.0, 0.0]], [[1.0, 0.0]], [[1.0]]), {"dtype": np.float32, "bias": [[1e39]]}, "bias"),
         (([[1.0, 0.0]], [[1.0, 0.0], [2.0, 0.0]], [[1.0], [math.inf]]), {}, "value"),
+        # q·k = 1e10 is finite; times the scale it is not.
+        (([[1e5, 0.0]], [[1e5, 0.0]], [[1.0]]), {"scale": 1e300}, "scale"),
+        # q·k = 1e38 is finite in float32; adding the bias 3e38 is not.
+        (
+            ([[1e19, 0.0]], [[1e19, 0.0]], [[1.0]]),
+            {"dtype": np.float32, "scale": 1.0, "bias": [[3e38]]},
+            "bias",
+        ),
     ],
 )
 def test_overflow_raises(inputs: tuple[Any, Any, Any], options: dict[str, Any], field: str) -> None:
@@ -324,3 +342,172 @@ def test_invalid_options_raise_kernel_error(options: dict[str, Any], field: str)
 def test_integer_mask_is_accepted() -> None:
     as_int = attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]], mask=[1, 0])
     assert as_int.output.tolist() == [[1.0]]
+
+
+def peak_bytes(call: Callable[[], Any]) -> tuple[Any, int]:
+    """``call()`` and the peak memory NumPy and Python allocated during it."""
+    tracemalloc.start()
+    try:
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@FAST
+@given(attention_cases(), st.sampled_from([1, 2, 3, 5, 16]))
+def test_batch_blocks_equal_the_unblocked_result(case: dict[str, Any], block_elements: int) -> None:
+    whole, reference = run_both(case, return_logsumexp=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_common, "BLOCK_ELEMENTS", block_elements)
+        blocked, _ = run_both(case, return_logsumexp=True)
+    np.testing.assert_allclose(blocked.output, reference.output, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(blocked.output, whole.output, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(blocked.logsumexp, whole.logsumexp, rtol=1e-12)
+    np.testing.assert_array_equal(blocked.empty_rows, whole.empty_rows)
+
+
+@pytest.mark.parametrize("causal", [None, "lower_right", "upper_left"])
+@pytest.mark.parametrize("block_elements", [1, 4, 7])
+def test_batch_blocks_of_a_single_query_match_the_reference(causal: str | None, block_elements: int) -> None:
+    rng = np.random.default_rng(5)
+    query, key, value = rng.normal(size=3), rng.normal(size=(2, 3, 5, 3)), rng.normal(size=(3, 5, 2))
+    mask = rng.random((3, 5)) < 0.6
+    mask[1] = False  # an empty row in every batch entry
+    bias = rng.normal(size=(2, 1, 5))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_common, "BLOCK_ELEMENTS", block_elements)
+        result = attention(
+            query,
+            key,
+            value,
+            mask=mask,
+            bias=bias,
+            causal=causal is not None,
+            causal_alignment=causal or "lower_right",
+            empty_rows="zero",
+            return_logsumexp=True,
+        )
+    reference = reference_attention(
+        np.broadcast_to(query, (2, 3, 1, 3)),
+        key,
+        np.broadcast_to(value, (2, 3, 5, 2)),
+        mask=np.broadcast_to(mask[:, np.newaxis, :], (2, 3, 1, 5)),
+        bias=np.broadcast_to(bias[..., np.newaxis, :], (2, 3, 1, 5)),
+        causal=causal,
+    )
+    np.testing.assert_allclose(result.output, reference.output[..., 0, :], rtol=1e-12, atol=1e-12)
+    visible = ~reference.empty[..., 0]
+    np.testing.assert_allclose(result.logsumexp[visible], reference.logsumexp[..., 0][visible], rtol=1e-12)
+    np.testing.assert_array_equal(result.empty_rows, np.argwhere(reference.empty[..., 0]))
+
+
+def test_a_large_batch_is_processed_in_blocks_of_bounded_size() -> None:
+    # The reported case scaled down: a batch of single rows, one row per block is still batch x m scores.
+    batch = m = 512
+    query, key, value = np.full((batch, 1, 1), 0.5), np.full((m, 1), 0.25), np.ones((m, 1))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_common, "BLOCK_ELEMENTS", 1024)
+        result, peak = peak_bytes(lambda: attention(query, key, value, return_logsumexp=True))
+    # Every score is 0.5 * 0.25 * scale 1: uniform weights over values that are all 1.
+    np.testing.assert_array_equal(result.output, np.ones((batch, 1, 1)))
+    np.testing.assert_allclose(result.logsumexp, 0.125 + math.log(m), rtol=1e-15)
+    # Unblocked the scores alone take batch * m * 8 = 2 MB; in blocks a few times 1024 * 8 bytes.
+    assert peak < 16 * 1024 * 8
+
+
+def test_many_empty_rows_are_counted_and_only_the_first_listed() -> None:
+    query = np.broadcast_to(np.zeros(1), (2048, 2048, 1))  # a view: 4,194,304 rows without 32 MB of input
+    tracemalloc.start()
+    try:
+        with pytest.raises(EmptyRowError) as raised:
+            attention(query, [[1.0]], [[1.0]], mask=[False])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2**20  # the flags take 4 MB; indexing every row took hundreds
+    assert raised.value.count == 2048 * 2048
+    assert raised.value.rows == [[0, column] for column in range(10)]
+    assert raised.value.message.startswith(
+        "4,194,304 query rows have no visible key; the first: [0, 0], [0, 1], [0, 2];"
+    )
+    assert "[0, 3]" not in raised.value.message
+
+
+def test_empty_rows_error_lists_the_first_ten() -> None:
+    rng = np.random.default_rng(6)
+    mask = rng.random((4, 5, 6, 3)) < 0.4
+    expected = ~mask.any(axis=-1)
+    assert expected.sum() > 10
+    with pytest.raises(EmptyRowError) as raised:
+        attention(np.ones((4, 5, 6, 2)), np.ones((3, 2)), np.ones((3, 2)), mask=mask)
+    assert raised.value.count == int(expected.sum())
+    assert raised.value.rows == np.argwhere(expected)[:10].tolist()
+    first = ", ".join(str(row) for row in raised.value.rows[:3])
+    assert (
+        f"{int(expected.sum()):,} query rows have no visible key; the first: {first};" in raised.value.message
+    )
+    result = attention(np.ones((4, 5, 6, 2)), np.ones((3, 2)), np.ones((3, 2)), mask=mask, empty_rows="zero")
+    np.testing.assert_array_equal(result.empty_rows, np.argwhere(expected))
+
+
+@pytest.mark.parametrize(
+    ("query_shape", "key_shape", "mask", "expected"),
+    [
+        ((2,), (3, 2), None, np.empty((0, 0))),
+        ((2,), (3, 2), [False, False, False], np.empty((1, 0))),
+        ((2,), (4, 3, 2), None, np.empty((0, 1))),
+        ((5, 2), (3, 2), None, np.empty((0, 1))),
+        ((4, 5, 2), (3, 2), None, np.empty((0, 2))),
+        ((4, 5, 2), (3, 2), [[False] * 3] + [[True] * 3] * 4, [[i, 0] for i in range(4)]),
+    ],
+)
+def test_empty_rows_are_an_int64_array_of_row_indices(
+    query_shape: tuple[int, ...], key_shape: tuple[int, ...], mask: Any, expected: Any
+) -> None:
+    value_shape = (*key_shape[:-1], 1)
+    result = attention(
+        np.ones(query_shape), np.ones(key_shape), np.ones(value_shape), mask=mask, empty_rows="zero"
+    )
+    assert result.empty_rows.dtype == np.int64
+    expected = np.asarray(expected, dtype=np.int64)
+    assert result.empty_rows.shape == expected.shape
+    np.testing.assert_array_equal(result.empty_rows, expected)
+
+
+@pytest.mark.parametrize("scale", [1e300, -1e39])
+def test_a_scale_beyond_float32_is_blamed(scale: float) -> None:
+    with pytest.raises(NumericalOverflowError) as raised:
+        attention([[1.0, 0.0]], [[1.0, 0.0]], [[1.0]], scale=scale, dtype=np.float32)
+    assert raised.value.field == "scale"
+    assert "scale" in raised.value.message
+    assert "float64" in raised.value.message
+
+
+def test_a_scale_that_underflows_float32_gives_uniform_weights() -> None:
+    rng = np.random.default_rng(7)
+    query, key, value = rng.normal(size=(2, 3, 4)) * 10, rng.normal(size=(5, 4)), rng.normal(size=(5, 2))
+    mask = np.array([True, True, False, True, True])
+    result = attention(
+        query,
+        key,
+        value,
+        mask=mask,
+        scale=1e-50,
+        dtype=np.float32,
+        return_weights=True,
+        return_logsumexp=True,
+    )
+    # 1e-50 is 0 in float32: every visible score is 0.
+    reference = reference_attention(
+        query,
+        np.broadcast_to(key, (2, 5, 4)),
+        np.broadcast_to(value, (2, 5, 2)),
+        mask=np.broadcast_to(mask, (2, 3, 5)),
+        scale=0.0,
+    )
+    np.testing.assert_allclose(result.weights, reference.weights, rtol=1e-6)
+    np.testing.assert_allclose(result.output, reference.output, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(result.logsumexp, math.log(4), rtol=1e-6)
+    double = attention(query, key, value, mask=mask, scale=1e-50)
+    np.testing.assert_allclose(result.output, double.output, rtol=1e-5, atol=1e-6)

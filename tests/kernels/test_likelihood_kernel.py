@@ -187,10 +187,13 @@ def test_overflow() -> None:
     with pytest.raises(NumericalOverflowError) as cast:
         sequence_log_likelihood([[1e39, 0.0]], [0], dtype=np.float32)
     assert cast.value.field == "logits"
+    # The target sits 1e310 below the row max once divided by the temperature: log-probability -inf.
     with pytest.raises(NumericalOverflowError) as tempered:
-        sequence_log_likelihood([[1e300, 0.0]], [0], temperature=1e-10)
+        sequence_log_likelihood([[1e300, 0.0]], [1], temperature=1e-10)
     assert tempered.value.field == "logits"
-    # A target 1e308 below the best logit: its log-probability is -inf, so the perplexity overflows.
+    with pytest.raises(NumericalOverflowError):
+        sequence_log_likelihood([[1.0, 2.0]], [0], temperature=1e-46, dtype=np.float32)
+    # A target 2e308 below the best logit: its log-probability is -inf.
     with pytest.raises(NumericalOverflowError) as perplexity:
         sequence_log_likelihood([[1e308, -1e308]], [1])
     assert perplexity.value.field == "logits"
@@ -218,3 +221,45 @@ def test_non_integer_targets_are_refused() -> None:
         sequence_log_likelihood([[0.0, 1.0]], [0.5])
     assert raised.value.field == "targets"
     assert sequence_log_likelihood([[0.0, 1.0]], [1.0]).num_tokens == 1
+
+
+@pytest.mark.parametrize(("temperature", "dtype"), [(1e-310, np.float64), (1e-46, np.float32)])
+def test_a_tiny_temperature_scores_the_limit(temperature: float, dtype: type) -> None:
+    # The limit of log_softmax(x / T) as T -> 0: -log(number of maxima) at a maximum, -inf elsewhere.
+    logits = [[1.0, 3.0, 2.0, 3.0], [0.5, -1.0, 0.25, 0.0]]
+    result = sequence_log_likelihood(logits, [1, 0], temperature=temperature, top_logprobs=4, dtype=dtype)
+    np.testing.assert_allclose(result.token_logprobs, [-math.log(2), 0.0], rtol=1e-7)
+    np.testing.assert_allclose(result.perplexity, [math.sqrt(2)], rtol=1e-7)
+    assert result.ranks.tolist() == [1, 1]
+    assert result.is_greedy.tolist() is True
+    # Ties in the limit keep the order of the logits themselves.
+    assert result.top_ids.tolist() == [[1, 3, 2, 0], [0, 2, 3, 1]]
+    assert not np.isnan(result.top_values).any()
+    half = -math.log(2)
+    expected = [[half, half, -np.inf, -np.inf], [0.0, -np.inf, -np.inf, -np.inf]]
+    np.testing.assert_allclose(result.top_values, expected, rtol=1e-7)
+
+
+def test_a_small_temperature_with_a_finite_answer_is_not_refused() -> None:
+    # Dividing before shifting overflowed: 2 / 1e-310 and 1e300 / 1e-10 are beyond the float range.
+    result = sequence_log_likelihood([[1.0, 2.0]], [1], temperature=1e-310)
+    assert result.token_logprobs.tolist() == [0.0]
+    assert result.perplexity.tolist() == 1.0
+    assert result.mean_nll.tolist() == 0.0
+    large = sequence_log_likelihood([[1e300, 0.0, 1e300]], [2], temperature=1e-10)
+    np.testing.assert_allclose(large.token_logprobs, [-math.log(2)], rtol=1e-15)
+    assert large.ranks.tolist() == [1]
+
+
+@pytest.mark.parametrize("temperature", [0.02, 0.3, 3.0])
+def test_other_temperatures_match_the_loop_reference(temperature: float) -> None:
+    rng = np.random.default_rng(9)
+    logits, targets = rng.normal(size=(5, 6)), rng.integers(0, 6, size=5)
+    result = sequence_log_likelihood(logits, targets, temperature=temperature, top_logprobs=3)
+    expected = reference_sequence(logits, targets, shift=False, temperature=temperature, top_k=3)
+    np.testing.assert_allclose(result.token_logprobs, expected["logprobs"], rtol=1e-12, atol=1e-12)
+    assert result.ranks.tolist() == expected["ranks"]
+    assert result.top_ids.tolist() == [[i for i, _ in tops] for tops in expected["tops"]]
+    np.testing.assert_allclose(
+        result.top_values, [[v for _, v in tops] for tops in expected["tops"]], rtol=1e-12, atol=1e-12
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import tracemalloc
 from typing import Any
 
 import numpy as np
@@ -179,11 +180,44 @@ def test_all_hidden_row_raises_empty_row_error() -> None:
     with pytest.raises(EmptyRowError) as raised:
         softmax(np.zeros((2, 2, 2)), mask=mask)
     assert raised.value.rows == [[0, 1], [1, 0]]
+    assert raised.value.count == 2
     assert raised.value.field == "mask"
-    assert "[0, 1]" in raised.value.message
+    assert raised.value.message.startswith("2 logits rows have no visible entry: [0, 1], [1, 0]")
     with pytest.raises(EmptyRowError) as single:
         softmax([1.0, 2.0], mask=[False, False])
     assert single.value.rows == [[]]
+    assert single.value.count == 1
+
+
+def test_many_empty_rows_are_counted_and_only_the_first_listed() -> None:
+    rng = np.random.default_rng(4)
+    mask = rng.random((6, 7, 3)) < 0.3
+    expected = ~mask.any(axis=-1)
+    assert expected.sum() > 10
+    with pytest.raises(EmptyRowError) as raised:
+        softmax(np.zeros((6, 7, 3)), mask=mask)
+    assert raised.value.count == int(expected.sum())
+    assert raised.value.rows == np.argwhere(expected)[:10].tolist()
+    first = ", ".join(str(row) for row in raised.value.rows[:3])
+    count = f"{int(expected.sum()):,}"
+    assert f"{count} logits rows have no visible entry; the first: {first}" in raised.value.message
+
+
+def test_a_million_empty_rows_are_not_all_indexed() -> None:
+    logits = np.broadcast_to(np.zeros(1), (1024, 1024, 1))  # a view: no 8 MB of input
+    tracemalloc.start()
+    try:
+        with pytest.raises(EmptyRowError) as raised:
+            softmax(logits, mask=[False])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 * 2**20  # the flags take 1 MB; indexing every row took over 100 MB
+    assert raised.value.count == 1024 * 1024
+    assert raised.value.rows == [[0, column] for column in range(10)]
+    assert raised.value.message.startswith(
+        "1,048,576 logits rows have no visible entry; the first: [0, 0], [0, 1], [0, 2]"
+    )
 
 
 @pytest.mark.parametrize(
@@ -214,8 +248,10 @@ def test_hidden_overflow_is_ignored() -> None:
 
 def test_log_softmax_validates_inputs() -> None:
     with pytest.raises(NumericalOverflowError) as overflow:
-        log_softmax([1.0, 2.0], temperature=1e-310)
+        log_softmax([1e39, 2.0], dtype=np.float32)
     assert overflow.value.field == "logits"
+    with pytest.raises(NumericalOverflowError):
+        log_softmax([math.inf, 2.0])
     with pytest.raises(KernelError) as zero:
         log_softmax([1.0, 2.0], temperature=0.0)
     assert zero.value.field == "temperature"
@@ -229,3 +265,58 @@ def test_softmax_shapes() -> None:
     assert raised.value.field == "mask"
     assert "[3, 5]" in raised.value.message
     assert "[2, 5]" in raised.value.message
+
+
+LIMIT_LOGITS = [[1.0, 3.0, 2.0, 3.0], [0.5, -1.0, 0.25, 0.0]]
+
+
+@pytest.mark.parametrize(
+    ("temperature", "dtype"),
+    [(1e-46, np.float32), (1e-300, np.float32), (1e-40, np.float32), (1e-320, np.float64)],
+)
+@pytest.mark.parametrize(("top_k", "top_p"), [(None, None), (3, None), (None, 0.4)])
+def test_a_temperature_below_the_dtype_gives_the_greedy_limit(
+    temperature: float, dtype: type, top_k: int | None, top_p: float | None
+) -> None:
+    # 1e-46 and 1e-300 are 0 in float32 (0/0 was NaN), 1e-40 a subnormal; the reference divides in float64.
+    result = softmax(LIMIT_LOGITS, temperature=temperature, top_k=top_k, top_p=top_p, dtype=dtype)
+    expected = [
+        reference_row(row, visible=[True] * 4, temperature=temperature, top_k=top_k, top_p=top_p)[0]
+        for row in LIMIT_LOGITS
+    ]
+    assert not np.isnan(result.probabilities).any()
+    np.testing.assert_allclose(result.probabilities, expected, rtol=1e-7)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(result.log_probabilities, np.log(expected), rtol=1e-7)
+    greedy = 0.0 if top_p is not None else math.log(2)  # top_p 0.4 keeps the first of the two maxima
+    np.testing.assert_allclose(result.entropy, [greedy, 0.0], atol=1e-7)
+    assert result.argmax.tolist() == [1, 0]
+    assert result.temperature == temperature
+
+
+@pytest.mark.parametrize(("temperature", "dtype"), [(1e-310, np.float64), (1e-46, np.float32)])
+def test_log_softmax_of_a_tiny_temperature_is_the_limit(temperature: float, dtype: type) -> None:
+    # Dividing first made 1/1e-310 overflow; shifted first, only the non-maximal entries go to -inf.
+    result = log_softmax(LIMIT_LOGITS, temperature=temperature, dtype=dtype)
+    expected = [
+        reference_row(row, visible=[True] * 4, temperature=temperature, top_k=None, top_p=None)[0]
+        for row in LIMIT_LOGITS
+    ]
+    assert result.dtype == dtype
+    with np.errstate(divide="ignore"):
+        np.testing.assert_allclose(result, np.log(expected), rtol=1e-7)
+
+
+@pytest.mark.parametrize("temperature", [1e-3, 0.3, 1.0, 3.0, 1e5])
+def test_log_softmax_agrees_with_scipy_across_temperatures(temperature: float) -> None:
+    logits = np.random.default_rng(8).normal(size=(3, 7)) * 2
+    np.testing.assert_allclose(
+        log_softmax(logits, temperature=temperature),
+        scipy_log_softmax(logits / temperature, axis=-1),
+        rtol=1e-12,
+        atol=1e-12,
+    )
+    # A span beyond the float range comes back into it at a high temperature.
+    np.testing.assert_allclose(
+        log_softmax([1e308, -1e308], temperature=1e308), scipy_log_softmax([1.0, -1.0]), rtol=1e-12
+    )

@@ -39,3 +39,10 @@ def test_configured_origins_only() -> None:
     assert allowed.headers["Access-Control-Allow-Origin"] == "https://allowed.example"
     refused = client.options("/v1/attention", headers={**PREFLIGHT, "Origin": "https://other.example"})
     assert "Access-Control-Allow-Origin" not in refused.headers
+
+
+def test_responses_vary_on_origin_when_origins_are_listed() -> None:
+    client = create_app({"TESTING": True, "CORS_ORIGINS": ["https://allowed.example"]}).test_client()
+    for headers in ({}, {"Origin": "https://other.example"}, {"Origin": "https://allowed.example"}):
+        response = client.post("/v1/softmax", json={"logits": [1.0, 2.0]}, headers=headers)
+        assert "Origin" in response.vary

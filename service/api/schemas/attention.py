@@ -80,6 +80,13 @@ class AttentionRequestSchema(Schema):
         return data
 
 
+class IndexRows(fields.List[Any]):
+    """Index lists as the kernel gives them (an int array, one row per index): written by orjson as is."""
+
+    def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
+        return value
+
+
 class AttentionResponseSchema(Schema):
     output = Array(
         min_rank=1, required=True, metadata={"description": "Weighted mix of the values, [..., n, d_v]."}
@@ -102,7 +109,7 @@ class AttentionResponseSchema(Schema):
         },
     )
     scale = fields.Float(required=True, metadata={"description": "The scale that was used."})
-    empty_rows = fields.List(
+    empty_rows = IndexRows(
         fields.List(fields.Integer()),
         required=True,
         metadata={"description": "Index lists (into [..., n]) of query rows that saw no key."},

@@ -33,11 +33,17 @@ class IncludeList(fields.List[str]):
         super().__init__(
             fields.String(validate=validate.OneOf(choices)),
             load_default=default,
-            metadata={"uniqueItems": True, **kwargs.pop("metadata", {})},
+            metadata={"uniqueItems": True, "maxItems": len(choices), **kwargs.pop("metadata", {})},
             **kwargs,
         )
+        self.choices = choices
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[str | None]:
+        if isinstance(value, list) and len(value) > len(self.choices):  # before validating each entry
+            count = len(self.choices)
+            raise ValidationError(
+                f"At most {count} {'name' if count == 1 else 'names'}, from: {', '.join(self.choices)}."
+            )
         names = super()._deserialize(value, attr, data, **kwargs)
         if len(set(names)) != len(names):
             raise ValidationError("Each name may appear only once.")

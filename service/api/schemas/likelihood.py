@@ -56,7 +56,11 @@ class LikelihoodRequestSchema(Schema):
 
 _TOP_LOGPROB = {
     "type": "object",
-    "properties": {"token": {"type": "integer"}, "logprob": {"type": "number"}},
+    "properties": {
+        "token": {"type": "integer"},
+        # null when the token's probability is 0 in floating point (its log is minus infinity)
+        "logprob": {"type": ["number", "null"]},
+    },
     "required": ["token", "logprob"],
     "additionalProperties": False,
 }

@@ -1,0 +1,49 @@
+"""How much each request asks for, in the terms of the limits (the README's configuration table).
+
+Checked in the views after validation and before the kernels allocate anything large.
+"""
+
+from __future__ import annotations
+
+import math
+
+from service.kernels import AttentionShapes
+from service.web.limits import ensure_work_within
+
+# A {token, logprob} object of top_logprobs is built from Python objects (a dict, an int, a float)
+# before it is written: about as much memory as 32 float64 elements.
+TOP_LOGPROB_COST = 32
+
+
+def check_attention_work(shapes: AttentionShapes, *, include: set[str], empty_rows: str) -> None:
+    """Weights and scores are held whole (each one counts); output-only scores go a block at a time."""
+    rows = math.prod(shapes.batch) * shapes.n
+    held_matrices = len(include & {"weights", "scores"})
+    # Under empty_rows="zero" every row could be listed, as an index of len(batch) + 1 integers.
+    listed = rows * (len(shapes.batch) + 1) if empty_rows == "zero" else 0
+    if held_matrices:
+        ensure_work_within(
+            max(shapes.scores_elements * held_matrices, shapes.output_elements, listed),
+            what="attention arrays (batch × n × m for each of weights and scores asked for)",
+        )
+        return
+    ensure_work_within(
+        max(shapes.output_elements, listed), what="an attention output (batch × n × d_v)", record=False
+    )
+    ensure_work_within(
+        shapes.scores_elements,
+        what="attention scores (batch × n × m, output only)",
+        setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
+    )
+
+
+def check_softmax_work(shape: tuple[int, ...]) -> None:
+    ensure_work_within(math.prod(shape), what="probabilities")
+
+
+def check_likelihood_work(batch: tuple[int, ...], length: int, vocabulary: int, *, top_logprobs: int) -> None:
+    positions = math.prod(batch) * length
+    ensure_work_within(
+        max(positions * vocabulary, positions * min(top_logprobs, vocabulary) * TOP_LOGPROB_COST),
+        what=f"log-probabilities (batch × T × V; each top_logprobs entry counts {TOP_LOGPROB_COST})",
+    )
