@@ -313,7 +313,7 @@ def test_shapes_describe_the_call() -> None:
     shapes = attention_shapes((2, 3, 5, 8), (3, 7, 8), (1, 7, 4), mask_shape=(7,), bias_shape=(5, 7))
     assert shapes == AttentionShapes(batch=(2, 3), n=5, m=7, d_k=8, d_v=4, single_query=False)
     assert shapes.scores_elements == 2 * 3 * 5 * 7
-    assert shapes.work_elements == 2 * 3 * 5 * 7
+    assert shapes.output_elements == 2 * 3 * 5 * 4
     assert shapes.output_shape == (2, 3, 5, 4)
     assert shapes.weights_shape == (2, 3, 5, 7)
     single = attention_shapes((8,), (3, 7, 8), (7, 4))
