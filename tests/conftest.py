@@ -7,6 +7,7 @@ response must match the contract, and every request the server accepted must mat
 from __future__ import annotations
 
 import json
+import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from hypothesis import settings
 from openapi_core import Config, OpenAPI
 from openapi_core.contrib.werkzeug import WerkzeugOpenAPIRequest, WerkzeugOpenAPIResponse
 from werkzeug.test import TestResponse
@@ -21,6 +23,12 @@ from werkzeug.test import TestResponse
 from service import create_app
 
 CONTRACT_PATH = Path(__file__).resolve().parent.parent / "openapi.yaml"
+
+# CI replays the same examples every run, so a red build is reproducible rather than luck; a local run
+# draws new examples each time and keeps the ones that failed (.hypothesis/).
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI") == "true":
+    settings.load_profile("ci")
 
 
 @cache
