@@ -10,6 +10,10 @@ import math
 from service.kernels import AttentionShapes
 from service.web.limits import ensure_work_within
 
+# The output-only limit bounds time, which grows with d_k + d_v (one product for the scores, one for the
+# output); it is stated for d_k = d_v = 64, and wider rows count proportionally more.
+REFERENCE_ROW_WIDTH = 128
+
 # A {token, logprob} object of top_logprobs is built from Python objects (a dict, an int, a float)
 # before it is written: about as much memory as 32 float64 elements.
 TOP_LOGPROB_COST = 32
@@ -30,9 +34,10 @@ def check_attention_work(shapes: AttentionShapes, *, include: set[str], empty_ro
     ensure_work_within(
         max(shapes.output_elements, listed), what="an attention output (batch × n × d_v)", record=False
     )
+    widening = max(1.0, (shapes.d_k + shapes.d_v) / REFERENCE_ROW_WIDTH)
     ensure_work_within(
-        shapes.scores_elements,
-        what="attention scores (batch × n × m, output only)",
+        math.ceil(shapes.scores_elements * widening),
+        what="attention scores (batch × n × m, output only, × (d_k + d_v) / 128 when that is more than 1)",
         setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
     )
 

@@ -224,3 +224,11 @@ def test_top_logprobs_objects_count_against_the_work_limit() -> None:
         client.post("/v1/log-likelihood", json={**body, "top_logprobs": 5}).status_code == 200
     )  # 5·5·32 = 800
     assert_problem(client.post("/v1/log-likelihood", json={**body, "top_logprobs": 7}), 413, says="1,120")
+
+
+def test_wide_rows_count_more_against_the_output_only_limit() -> None:
+    client = create_app({"TESTING": True, "MAX_OUTPUT_ONLY_WORK_ELEMENTS": 1000}).test_client()
+    body = {"query": [[0.0] * 64] * 25, "key": [[0.0] * 64] * 40, "value": [[1.0] * 64] * 40, "include": []}
+    assert client.post("/v1/attention", json=body).status_code == 200  # 1,000 scores, d_k + d_v = 128
+    wide = {**body, "query": [[0.0] * 192] * 25, "key": [[0.0] * 192] * 40}  # d_k + d_v = 256: twice the time
+    assert_problem(client.post("/v1/attention", json=wide), 413, says="2,000")
