@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import gunicorn.util
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
 # oversubscribe them. This must be set before NumPy is first imported, which happens when the
@@ -84,3 +87,20 @@ def on_exit(server: Any) -> None:
     """Remove the metrics directory this config made for itself (a given one is left for the operator)."""
     if _created_metrics_dir:
         shutil.rmtree(_metrics_dir, ignore_errors=True)
+
+
+def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """gunicorn's own errors (malformed HTTP, a worker timing out) as problem+json instead of HTML."""
+    body = json.dumps(
+        {"type": "about:blank", "title": reason, "status": status_int, "detail": mesg or reason}
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    gunicorn.util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+# Workers answer errors they catch before the app runs through gunicorn.util.write_error (HTML);
+# replacing it here, in the master, covers every worker forked from it.
+gunicorn.util.write_error = _write_problem

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,31 @@ def test_the_seed_example(server: GunicornServer) -> None:
     response = httpx.post(server.url("/v1/attention"), json=SEED)
     assert response.status_code == 200
     assert response.json()["weights"] == pytest.approx(SEED_WEIGHTS, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("request_head", "status"),
+    [
+        (b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414),  # request line over 4 KiB
+        (b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n", 400),
+    ],
+    ids=["request-line-too-long", "negative-content-length"],
+)
+def test_gunicorns_own_errors_are_problem_json(
+    server: GunicornServer, request_head: bytes, status: int
+) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_head)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode())
+    assert b"Content-Type: application/problem+json" in head
+    problem = json.loads(body)
+    assert problem["status"] == status
+    assert problem["title"]
+    assert problem["detail"]
 
 
 def test_stale_metric_files_were_cleaned_at_start(server: GunicornServer, metrics_dir: Path) -> None:
