@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from service.kernels import attention, sequence_log_likelihood
 
 Floor = Callable[[dict[str, Any]], dict[str, Any]]
@@ -90,10 +91,9 @@ def _attention_case(name: str, n: int, d: int, *, weights: bool, rng: np.random.
 def all_cases() -> list[Case]:
     """The issue's sizes, from the seed example to a 2048×2048 output-only attention."""
     rng = np.random.default_rng(20240229)
-    seed = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
     logits = rng.standard_normal((64, 8192)) * 3
     return [
-        Case("tiny (seed example)", "/v1/attention", seed, _attention_floor),
+        Case("tiny (seed example)", "/v1/attention", ATTENTION_EXAMPLE_REQUEST, _attention_floor),
         _attention_case("attention 128 weights", 128, 64, weights=True, rng=rng),
         _attention_case("attention 512 weights", 512, 64, weights=True, rng=rng),
         _attention_case("attention 2048 output", 2048, 64, weights=False, rng=rng),

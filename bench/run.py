@@ -25,6 +25,7 @@ from bench import load
 from bench.cases import Case, all_cases, floor_bytes
 from bench.server import BARE_APP, MIB, SERVICE_APP, gunicorn
 from service import create_app
+from service.api.examples import ATTENTION_EXAMPLE_REQUEST, LIKELIHOOD_EXAMPLE_REQUEST
 
 DEVNULL = open(os.devnull, "w")  # noqa: SIM115  (open for the whole run)
 
@@ -45,8 +46,8 @@ SMOKE = Budget(repeats=2, rounds=1, seconds=0.5, load_rounds=1, load_seconds=1.0
 
 # The smallest valid body per endpoint, to load lazily imported code before memory is measured.
 WARMUP_BODIES = {
-    "/v1/attention": b'{"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}',
-    "/v1/log-likelihood": b'{"logits": [[2.0, 0.5], [0.1, 1.5]], "targets": [0, 1]}',
+    "/v1/attention": orjson.dumps(ATTENTION_EXAMPLE_REQUEST),
+    "/v1/log-likelihood": orjson.dumps(LIKELIHOOD_EXAMPLE_REQUEST),
 }
 MEASURES = ("floor", "in_process", "http", "bare_http")
 

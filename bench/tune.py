@@ -8,18 +8,14 @@ with weights. Prints a Markdown table.
 from __future__ import annotations
 
 import os
+import time
 
-for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")
+import numpy as np
 
-import time  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from bench import load  # noqa: E402
-from bench.cases import all_cases  # noqa: E402
-from bench.run import markdown, ms, settings_line  # noqa: E402
-from bench.server import BARE_APP, SERVICE_APP, gunicorn  # noqa: E402
+from bench import load
+from bench.cases import all_cases
+from bench.run import markdown, ms, settings_line
+from bench.server import BARE_APP, SERVICE_APP, gunicorn
 
 CORES = os.cpu_count() or 1
 CANDIDATES: list[dict[str, str]] = [

@@ -54,18 +54,16 @@ def test_every_operation_documents_its_errors() -> None:
     assert list(problem) == ["application/problem+json"]
 
 
-@pytest.mark.parametrize("path", ["/v1/attention", "/v1/softmax", "/v1/log-likelihood"])
-def test_documented_examples_are_what_the_endpoints_answer(client: FlaskClient, path: str) -> None:
-    operation = yaml.safe_load(CONTRACT_PATH.read_text())["paths"][path]["post"]
-    request = operation["requestBody"]["content"]["application/json"]["example"]
-    response = operation["responses"]["200"]["content"]["application/json"]["example"]
-    assert client.post(path, json=request).get_json() == response
-
-
 def _example(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     operation = yaml.safe_load(CONTRACT_PATH.read_text())["paths"][path]["post"]
     request = operation["requestBody"]["content"]["application/json"]["example"]
     return request, operation["responses"]["200"]["content"]["application/json"]["example"]
+
+
+@pytest.mark.parametrize("path", ["/v1/attention", "/v1/softmax", "/v1/log-likelihood"])
+def test_documented_examples_are_what_the_endpoints_answer(client: FlaskClient, path: str) -> None:
+    request, response = _example(path)
+    assert client.post(path, json=request).get_json() == response
 
 
 def test_documented_examples_agree_with_the_references() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from service.api.errors_doc import document_compute_errors
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST, ATTENTION_EXAMPLE_RESPONSE
-from service.api.schemas.attention import AttentionRequestSchema, AttentionResponseSchema
+from service.api.schemas.attention import AttentionRequestSchema, AttentionResponseSchema, attention_response
 from service.api.schemas.common import PRECISIONS
 from service.api.work import check_attention_work
 from service.kernels import attention
@@ -43,8 +43,4 @@ def attention_view(args: dict[str, Any]) -> dict[str, Any]:
         return_logsumexp="logsumexp" in include,
         dtype=PRECISIONS[args["precision"]],
     )
-    body: dict[str, Any] = {"output": result.output, "scale": result.scale, "empty_rows": result.empty_rows}
-    for name in ("weights", "scores", "logsumexp"):
-        if name in include:
-            body[name] = getattr(result, name)
-    return body
+    return attention_response(result, include=include)

@@ -7,7 +7,7 @@ from typing import Any
 from service.api.errors_doc import document_compute_errors
 from service.api.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
 from service.api.schemas.common import PRECISIONS
-from service.api.schemas.softmax import SoftmaxRequestSchema, SoftmaxResponseSchema
+from service.api.schemas.softmax import SoftmaxRequestSchema, SoftmaxResponseSchema, softmax_response
 from service.api.work import check_softmax_work
 from service.kernels import softmax
 from service.web.blueprint import Blueprint
@@ -32,12 +32,4 @@ def softmax_view(args: dict[str, Any]) -> dict[str, Any]:
         top_p=args.get("top_p"),
         dtype=PRECISIONS[args["precision"]],
     )
-    body: dict[str, Any] = {
-        "probabilities": result.probabilities,
-        "entropy": result.entropy,
-        "argmax": result.argmax,
-        "temperature": result.temperature,
-    }
-    if "log_probabilities" in args["include"]:
-        body["log_probabilities"] = result.log_probabilities
-    return body
+    return softmax_response(result, include=args["include"])

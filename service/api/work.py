@@ -1,6 +1,7 @@
 """How much each request asks for, in the terms of the limits (the README's configuration table).
 
-Checked in the views after validation and before the kernels allocate anything large.
+Checked in the views after validation and before the kernels allocate anything large; the size of each
+accepted computation is then counted, once, in the ``attention_work_elements`` histogram.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import math
 
 from service.kernels import AttentionShapes
 from service.web.limits import ensure_work_within
+from service.web.metrics import record_work
 
 # The output-only limit bounds time, which grows with d_k + d_v (one product for the scores, one for the
 # output); it is stated for d_k = d_v = 64, and wider rows count proportionally more.
@@ -26,29 +28,33 @@ def check_attention_work(shapes: AttentionShapes, *, include: set[str], empty_ro
     # Under empty_rows="zero" every row could be listed, as an index of len(batch) + 1 integers.
     listed = rows * (len(shapes.batch) + 1) if empty_rows == "zero" else 0
     if held_matrices:
+        held = max(shapes.scores_elements * held_matrices, shapes.output_elements, listed)
         ensure_work_within(
-            max(shapes.scores_elements * held_matrices, shapes.output_elements, listed),
-            what="attention arrays (batch × n × m for each of weights and scores asked for)",
+            held, what="attention arrays (batch × n × m for each of weights and scores asked for)"
         )
+        record_work(held)
         return
-    ensure_work_within(
-        max(shapes.output_elements, listed), what="an attention output (batch × n × d_v)", record=False
-    )
+    ensure_work_within(max(shapes.output_elements, listed), what="an attention output (batch × n × d_v)")
     widening = max(1.0, (shapes.d_k + shapes.d_v) / REFERENCE_ROW_WIDTH)
+    computed = math.ceil(shapes.scores_elements * widening)
     ensure_work_within(
-        math.ceil(shapes.scores_elements * widening),
+        computed,
         what="attention scores (batch × n × m, output only, × (d_k + d_v) / 128 when that is more than 1)",
         setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
     )
+    record_work(computed)
 
 
 def check_softmax_work(shape: tuple[int, ...]) -> None:
-    ensure_work_within(math.prod(shape), what="probabilities")
+    probabilities = math.prod(shape)
+    ensure_work_within(probabilities, what="probabilities")
+    record_work(probabilities)
 
 
 def check_likelihood_work(batch: tuple[int, ...], length: int, vocabulary: int, *, top_logprobs: int) -> None:
     positions = math.prod(batch) * length
+    held = max(positions * vocabulary, positions * min(top_logprobs, vocabulary) * TOP_LOGPROB_COST)
     ensure_work_within(
-        max(positions * vocabulary, positions * min(top_logprobs, vocabulary) * TOP_LOGPROB_COST),
-        what=f"log-probabilities (batch × T × V; each top_logprobs entry counts {TOP_LOGPROB_COST})",
+        held, what=f"log-probabilities (batch × T × V; each top_logprobs entry counts {TOP_LOGPROB_COST})"
     )
+    record_work(held)

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 from flask import current_app
 
-from service.web.metrics import record_work
 from service.web.problems import Problem
 
 
-def ensure_work_within(
-    elements: int, *, what: str, setting: str = "MAX_WORK_ELEMENTS", record: bool = True
-) -> None:
+def ensure_work_within(elements: int, *, what: str, setting: str = "MAX_WORK_ELEMENTS") -> None:
     """Raise a 413 problem when ``elements`` is more than the limit named ``setting`` allows.
 
     ``MAX_WORK_ELEMENTS`` bounds the largest array a request would create; ``MAX_OUTPUT_ONLY_WORK_ELEMENTS``
-    bounds the scores that output-only attention computes block by block without holding them. Accepted
-    work is counted in the ``attention_work_elements`` histogram (once per request: ``record``).
+    bounds the scores that output-only attention computes block by block without holding them.
     """
     limit: int = current_app.config[setting]
     if elements > limit:
@@ -25,5 +21,3 @@ def ensure_work_within(
             slug="work-too-large",
             title="Request needs too much work",
         )
-    if record:
-        record_work(elements)

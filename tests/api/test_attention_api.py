@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
+from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from tests.problems import assert_problem
 
-SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+SEED = ATTENTION_EXAMPLE_REQUEST  # the course's worked example
 
 
 def post(client: FlaskClient, **body: Any) -> dict[str, Any]:

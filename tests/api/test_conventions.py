@@ -11,9 +11,10 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from service import create_app
+from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from tests.problems import assert_problem
 
-SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+SEED = ATTENTION_EXAMPLE_REQUEST  # the course's worked example
 ENDPOINTS = ["/v1/attention", "/v1/softmax", "/v1/log-likelihood"]
 
 

@@ -19,11 +19,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from tests.deploy.gunicorn_server import GunicornServer
 
 pytestmark = pytest.mark.gunicorn
 
-SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+SEED = ATTENTION_EXAMPLE_REQUEST  # the course's worked example
 SEED_WEIGHTS = [0.3302384506733431, 0.6697615493266569]  # softmax([0, 1/√2])
 
 

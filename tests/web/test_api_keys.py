@@ -8,13 +8,14 @@ import pytest
 from flask.testing import FlaskClient
 
 from service import create_app
+from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from service.settings import Settings
 from service.web.api_keys import key_is_valid
 from tests.conftest import ContractCheckingClient
 from tests.problems import assert_problem
 
 KEYS = ["first-key-0123", "second-key-4567"]
-SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+SEED = ATTENTION_EXAMPLE_REQUEST  # the course's worked example
 
 
 @pytest.fixture

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from marshmallow import Schema, fields, post_load, validate
 
 from service.api.schemas.common import IncludeList, checked_shapes, precision_field
-from service.kernels import attention_shapes
+from service.kernels import AttentionResult, attention_shapes
 from service.web.arrays import Array
 from service.web.fields import StrictBoolean, StrictFloat
 
@@ -114,3 +115,10 @@ class AttentionResponseSchema(Schema):
         required=True,
         metadata={"description": "Index lists (into [..., n]) of query rows that saw no key."},
     )
+
+
+def attention_response(result: AttentionResult, *, include: Collection[str]) -> dict[str, Any]:
+    """The response body for ``result``: the output and whichever of ATTENTION_INCLUDES were asked for."""
+    body: dict[str, Any] = {"output": result.output, "scale": result.scale, "empty_rows": result.empty_rows}
+    body.update({name: getattr(result, name) for name in ATTENTION_INCLUDES if name in include})
+    return body

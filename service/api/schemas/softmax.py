@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from marshmallow import Schema, fields, post_load, validate
 
 from service.api.schemas.common import IncludeList, checked_shapes, precision_field
-from service.kernels import softmax_shapes
+from service.kernels import SoftmaxResult, softmax_shapes
 from service.web.arrays import Array
 from service.web.fields import StrictFloat, StrictInteger
 
@@ -68,3 +69,16 @@ class SoftmaxResponseSchema(Schema):
         metadata={"description": "Index of the most probable entry of each row (the first on ties), [...]."},
     )
     temperature = fields.Float(required=True, metadata={"description": "The temperature that was used."})
+
+
+def softmax_response(result: SoftmaxResult, *, include: Collection[str]) -> dict[str, Any]:
+    """The response body for ``result``, with the log-probabilities when they were asked for."""
+    body: dict[str, Any] = {
+        "probabilities": result.probabilities,
+        "entropy": result.entropy,
+        "argmax": result.argmax,
+        "temperature": result.temperature,
+    }
+    if "log_probabilities" in include:
+        body["log_probabilities"] = result.log_probabilities
+    return body
