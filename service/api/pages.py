@@ -73,7 +73,7 @@ def _send(directory: Path, filename: str, content_type: str, *, max_age: int) ->
     body, etag = _read(directory, filename)
     response = Response(body, mimetype=content_type)
     response.set_etag(etag)
-    response.headers["X-Content-Type-Options"] = "nosniff"
+    _protect(response)
     if max_age == 0:
         response.headers["Cache-Control"] = "no-cache"
     else:
@@ -83,21 +83,23 @@ def _send(directory: Path, filename: str, content_type: str, *, max_age: int) ->
     return response
 
 
+def _protect(response: Response) -> None:
+    """No type sniffing for any file, and every HTML page, wherever it is served from, under the CSP."""
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    if response.mimetype == "text/html":
+        response.headers["Content-Security-Policy"] = PAGE_CSP
+
+
 def send_page(directory: Path, filename: str) -> Response:
-    """An HTML page: always revalidated, and fenced in by the content security policy."""
-    response = _send(directory, filename, "text/html", max_age=0)
-    response.headers["Content-Security-Policy"] = PAGE_CSP
-    return response
+    """An HTML page, always revalidated."""
+    return _send(directory, filename, "text/html", max_age=0)
 
 
 def _send_asset(directory: Path, filename: str, *, max_age: int) -> Response:
     content_type = CONTENT_TYPES.get(Path(filename).suffix)
     if content_type is None:
         raise Problem(404, f"There is no file {filename!r} here.", slug="not-found")
-    response = _send(directory, filename, content_type, max_age=max_age)
-    if content_type == "text/html":  # e.g. /static/index.html: a page wherever it is served from
-        response.headers["Content-Security-Policy"] = PAGE_CSP
-    return response
+    return _send(directory, filename, content_type, max_age=max_age)
 
 
 @blp.route("/static/<path:filename>", methods=["GET"])
@@ -116,8 +118,7 @@ def docs() -> Response:
     """Interactive documentation of this contract (Swagger UI, served from this service)."""
     response = Response(render_template("docs.html", swagger_ui=f"/docs/swagger-ui/{SWAGGER_UI_VERSION}"))
     response.headers["Cache-Control"] = "no-cache"
-    response.headers["Content-Security-Policy"] = PAGE_CSP
-    response.headers["X-Content-Type-Options"] = "nosniff"
+    _protect(response)
     return response
 
 
