@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -31,7 +32,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 MAX_BODY_BYTES = 1 * MIB  # lowered for the soak so oversized bodies stay cheap to send
-MAX_WORK_ELEMENTS = 16_777_216  # the production default
+MAX_WORK_ELEMENTS = 16_777_216  # the production default, set for the soak so "oversized-work" stays a 413
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,8 @@ def request_mix(rng: random.Random) -> list[Kind]:
     targets = [rng.randrange(vocab) for _ in range(length)]
     medium_likelihood = {"logits": matrix(length, vocab), "targets": targets, "shift": True}
     small_likelihood = {"logits": [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3], [0.0, 0.2, 2.2]], "targets": [0, 1, 2]}
-    too_much_work = {"query": [[1.0]] * 4097, "key": [[1.0]] * 4097, "value": [[1.0]] * 4097}
+    side = math.isqrt(MAX_WORK_ELEMENTS) + 1  # n = m = side: one score matrix over the limit
+    too_much_work = {"query": [[1.0]] * side, "key": [[1.0]] * side, "value": [[1.0]] * side}
     oversized = b'{"logits": [' + b"0.125," * (MAX_BODY_BYTES // 6 + 1000) + b"0.5]}"
     return [
         Kind("attention-small", "/v1/attention", _json(seed), 20, 200),
@@ -172,7 +174,7 @@ def percentile(values: list[float], fraction: float) -> float:
 def start_gunicorn(port: int, log_path: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env.update({"HOST": "127.0.0.1", "PORT": str(port), "MAX_BODY_BYTES": str(MAX_BODY_BYTES)})
-    env.setdefault("MAX_WORK_ELEMENTS", str(MAX_WORK_ELEMENTS))
+    env["MAX_WORK_ELEMENTS"] = str(MAX_WORK_ELEMENTS)  # whatever the shell says: the mix expects this limit
     env.setdefault("WEB_CONCURRENCY", "2")
     env["GUNICORN_MAX_REQUESTS"] = "0"  # recycling would hide a leak
     with log_path.open("wb") as log:

@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 from service import create_app
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from service.settings import Settings
-from service.web.api_keys import key_is_valid
+from service.web.api_keys import SECURITY_SCHEME, key_is_valid
 from tests.conftest import ContractCheckingClient
 from tests.problems import assert_problem
 
@@ -116,11 +116,9 @@ def test_the_contract_declares_the_bearer_scheme_on_v1_only() -> None:
     from tests.conftest import CONTRACT_PATH
 
     spec = yaml.safe_load(CONTRACT_PATH.read_text())
-    assert spec["components"]["securitySchemes"]["bearerAuth"] == {
-        "type": "http",
-        "scheme": "bearer",
-        "description": spec["components"]["securitySchemes"]["bearerAuth"]["description"],
-    }
+    assert spec["components"]["securitySchemes"]["bearerAuth"] == SECURITY_SCHEME
+    assert SECURITY_SCHEME["type"] == "http"
+    assert SECURITY_SCHEME["scheme"] == "bearer"
     for path, operations in spec["paths"].items():
         for operation in operations.values():
             if path.startswith("/v1/"):
