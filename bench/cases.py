@@ -11,9 +11,9 @@ import orjson
 
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from service.kernels import attention, sequence_log_likelihood
+from service.requests import PRECISIONS
 
 Floor = Callable[[dict[str, Any]], dict[str, Any]]
-PRECISIONS = {"float64": np.float64, "float32": np.float32}
 
 
 @dataclass(frozen=True)

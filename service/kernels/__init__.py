@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from service.kernels.attention import AttentionResult, AttentionShapes, attention, attention_shapes
+from service.kernels.attention import (
+    AttentionResult,
+    AttentionShapes,
+    CausalAlignment,
+    EmptyRowPolicy,
+    attention,
+    attention_shapes,
+)
 from service.kernels.errors import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
 from service.kernels.likelihood import (
     MAX_TOP_LOGPROBS,
@@ -16,7 +23,9 @@ __all__ = [
     "MAX_TOP_LOGPROBS",
     "AttentionResult",
     "AttentionShapes",
+    "CausalAlignment",
     "EmptyRowError",
+    "EmptyRowPolicy",
     "KernelError",
     "LikelihoodResult",
     "NumericalOverflowError",

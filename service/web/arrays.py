@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import chain
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from marshmallow import ValidationError, fields
 
-ArrayKind = Literal["number", "integer", "boolean"]
+from service.requests import MAX_RANK, ArrayKind, ArraySpec
 
 _DTYPES: dict[ArrayKind, type[np.generic]] = {"number": np.float64, "integer": np.int64, "boolean": np.bool_}
 _ALLOWED_LEAF_TYPES: dict[ArrayKind, frozenset[type]] = {
@@ -39,7 +39,7 @@ class Array(fields.Field[np.ndarray]):
         *,
         kind: ArrayKind = "number",
         min_rank: int = 1,
-        max_rank: int = 4,
+        max_rank: int = MAX_RANK,
         shape: str | None = None,
         nullable: bool = False,
         **kwargs: Any,
@@ -50,6 +50,11 @@ class Array(fields.Field[np.ndarray]):
         self.max_rank = max_rank
         self.shape = shape
         self.nullable = nullable
+
+    @classmethod
+    def of(cls, spec: ArraySpec, **kwargs: Any) -> Array:
+        """The field for a typed request's array ``spec`` (kind, ranks and axes come from there)."""
+        return cls(kind=spec.kind, min_rank=spec.min_rank, max_rank=spec.max_rank, shape=spec.axes, **kwargs)
 
     def _serialize(self, value: Any, attr: str | None, obj: Any, **kwargs: Any) -> Any:
         if isinstance(value, np.ndarray) and value.ndim == 0:

@@ -12,7 +12,7 @@ import marshmallow as ma
 from flask import Flask, Response, current_app
 from werkzeug.exceptions import HTTPException
 
-from service.kernels import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
+from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
 from service.web.json_provider import dumps_bytes
 from service.web.request_id import current_request_id
 
@@ -164,18 +164,22 @@ def _summarize(errors: Mapping[str, list[str]]) -> str:
 
 
 _KERNEL_PROBLEM_SLUGS: tuple[tuple[type[KernelError], str], ...] = (
-    (ShapeError, "shape-mismatch"),
     (EmptyRowError, "empty-row"),
     (NumericalOverflowError, "numerical-overflow"),
-    (KernelError, "validation-error"),  # any other value the arithmetic refuses, e.g. a target id >= V
+    # Everything else is a rule of the request, whichever layer found it: shapes that do not fit (a
+    # ShapeError from the kernels' shape checks, which the typed requests run), a range or an allowed
+    # value (a RequestError), a value the arithmetic refuses (a target id >= V).
+    (KernelError, "validation-error"),
 )
 
 
 def problem_from_kernel_error(error: KernelError) -> Problem:
     """The arithmetic's own complaints (shapes, empty rows, overflow, values) are the client's to fix: 422."""
     slug = next(slug for kind, slug in _KERNEL_PROBLEM_SLUGS if isinstance(error, kind))
-    field = error.field or "body"
-    return Problem(422, error.message, slug=slug, title="Invalid request", errors={field: [error.message]})
+    errors = {error.field or "body": [error.message]}
+    # A broken rule reads like every other validation error, whichever layer found it.
+    detail = _summarize(errors) if slug == "validation-error" else error.message
+    return Problem(422, detail, slug=slug, title="Invalid request", errors=errors)
 
 
 def register_error_handlers(app: Flask) -> None:

@@ -150,12 +150,12 @@ def test_output_only_attention_has_its_own_higher_limit() -> None:
 
 
 def test_unexpected_errors_are_500_problem_json(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
-    import service.api.attention as view_module
+    from service.requests import AttentionRequest
 
     def explode(*args: object, **kwargs: object) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(view_module, "attention", explode)
+    monkeypatch.setattr(AttentionRequest, "run", explode)
     app.config["PROPAGATE_EXCEPTIONS"] = False
     problem = assert_problem(app.test_client().post("/v1/attention", json=SEED), 500)
     assert "boom" not in problem["detail"]

@@ -3,33 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, get_args
 
-from marshmallow import Schema, fields, post_load, validate
+from marshmallow import Schema, fields, post_load
 
-from service.api.schemas.common import IncludeList, checked_shapes, precision_field
-from service.kernels import AttentionResult, attention_shapes
+from service.api.schemas.common import IncludeList, one_of, precision_field, within
+from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy
+from service.requests import AttentionOutput, AttentionRequest
 from service.web.arrays import Array
 from service.web.fields import StrictBoolean, StrictFloat
 
-ATTENTION_INCLUDES = ["weights", "scores", "logsumexp"]
+ATTENTION_INCLUDES = get_args(AttentionOutput)
+ARRAYS = AttentionRequest.ARRAYS
 
 
 class AttentionRequestSchema(Schema):
-    query = Array(
+    query = Array.of(
+        ARRAYS["query"],
         required=True,
-        shape="[..., n, d_k]",
         metadata={"description": "Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query."},
     )
-    key = Array(
-        min_rank=2, required=True, shape="[..., m, d_k]", metadata={"description": "Keys, [..., m, d_k]."}
-    )
-    value = Array(
-        min_rank=2, required=True, shape="[..., m, d_v]", metadata={"description": "Values, [..., m, d_v]."}
-    )
-    mask = Array(
-        kind="boolean",
-        shape="[..., n, m]",
+    key = Array.of(ARRAYS["key"], required=True, metadata={"description": "Keys, [..., m, d_k]."})
+    value = Array.of(ARRAYS["value"], required=True, metadata={"description": "Values, [..., m, d_v]."})
+    mask = Array.of(
+        ARRAYS["mask"],
         metadata={
             "description": "true = this query may attend to this key; broadcastable to [..., n, m] "
             "(a 1-D [m] mask is per-key visibility). Combined with causal by AND."
@@ -38,47 +35,39 @@ class AttentionRequestSchema(Schema):
     causal = StrictBoolean(load_default=False, metadata={"description": "Hide future keys."})
     causal_alignment = fields.String(
         load_default="lower_right",
-        validate=validate.OneOf(["lower_right", "upper_left"]),
+        validate=one_of(CausalAlignment),
         metadata={
             "description": "lower_right: the queries are the last n of the m positions (key j is hidden "
             "from query i when j > i + m - n); upper_left: hidden when j > i (PyTorch's is_causal)."
         },
     )
-    bias = Array(
-        shape="[..., n, m]",
+    bias = Array.of(
+        ARRAYS["bias"],
         metadata={"description": "Added to the scaled scores before softmax; broadcastable to [..., n, m]."},
     )
     scale = StrictFloat(
-        validate=validate.Range(min=0, min_inclusive=False),
+        validate=within(AttentionRequest.SCALE),
         metadata={"description": "Multiplies QKᵀ; default 1/sqrt(d_k).", "exclusiveMinimum": 0},
     )
     empty_rows = fields.String(
         load_default="error",
-        validate=validate.OneOf(["error", "zero"]),
+        validate=one_of(EmptyRowPolicy),
         metadata={
             "description": "What to do with a query row that sees no key: error (422 naming the row) or "
             "zero (all-zero weights and output, row listed in empty_rows)."
         },
     )
     include = IncludeList(
-        ATTENTION_INCLUDES,
-        default=["weights"],
+        AttentionOutput,
+        default=sorted(AttentionRequest.DEFAULT_INCLUDE),
         metadata={"description": 'Extra arrays to return (default ["weights"]).'},
     )
     precision = precision_field()
 
     @post_load
-    def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        data["shapes"] = checked_shapes(
-            lambda: attention_shapes(
-                data["query"].shape,
-                data["key"].shape,
-                data["value"].shape,
-                mask_shape=data["mask"].shape if "mask" in data else None,
-                bias_shape=data["bias"].shape if "bias" in data else None,
-            )
-        )
-        return data
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> AttentionRequest:
+        """The typed request: its own checks (shapes, ranges) raise errors naming the field."""
+        return AttentionRequest(**data)
 
 
 class IndexRows(fields.List[Any]):

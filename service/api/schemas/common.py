@@ -1,24 +1,18 @@
-"""Fields shared by the compute endpoints."""
+"""Fields shared by the compute endpoints, built from the typed requests' rules."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, get_args
 
-import numpy as np
 from marshmallow import ValidationError, fields, validate
 
-from service.kernels import ShapeError
-
-T = TypeVar("T")
-
-PRECISIONS = {"float64": np.float64, "float32": np.float32}
+from service.requests import Precision, Range
 
 
 def precision_field() -> fields.String:
     return fields.String(
         load_default="float64",
-        validate=validate.OneOf(list(PRECISIONS)),
+        validate=validate.OneOf(get_args(Precision)),
         metadata={
             "description": "Floating-point type used for the arithmetic and the numbers in the response. "
             "float32 roughly halves the response size at about 1e-6 relative accuracy."
@@ -26,10 +20,26 @@ def precision_field() -> fields.String:
     )
 
 
-class IncludeList(fields.List[str]):
-    """A list of names to include in the response: each allowed name at most once."""
+def one_of(allowed: Any) -> validate.OneOf:
+    """A validator (and the contract's ``enum``) for the values of the ``Literal`` type ``allowed``."""
+    return validate.OneOf(get_args(allowed))
 
-    def __init__(self, choices: list[str], *, default: list[str], **kwargs: Any) -> None:
+
+def within(allowed: Range) -> validate.Range:
+    """A validator (and the contract's bounds) for a typed request's :class:`Range`."""
+    return validate.Range(
+        min=allowed.minimum,
+        max=allowed.maximum,
+        min_inclusive=allowed.min_inclusive,
+        max_inclusive=allowed.max_inclusive,
+    )
+
+
+class IncludeList(fields.List[str]):
+    """A list of names to include in the response, from a ``Literal`` type: each name at most once."""
+
+    def __init__(self, allowed: Any, *, default: list[str], **kwargs: Any) -> None:
+        choices = list(get_args(allowed))
         super().__init__(
             fields.String(validate=validate.OneOf(choices)),
             load_default=default,
@@ -48,11 +58,3 @@ class IncludeList(fields.List[str]):
         if len(set(names)) != len(names):
             raise ValidationError("Each name may appear only once.")
         return names
-
-
-def checked_shapes(check: Callable[[], T]) -> T:
-    """Run a kernel's shape check; its ShapeError becomes a validation error naming the field to blame."""
-    try:
-        return check()
-    except ShapeError as error:
-        raise ValidationError({error.field or "body": [error.message]}) from None

@@ -5,30 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from marshmallow import Schema, fields, post_load, validate
+from marshmallow import Schema, fields, post_load
 
-from service.api.schemas.common import checked_shapes, precision_field
-from service.kernels import MAX_TOP_LOGPROBS, LikelihoodResult, likelihood_shapes
+from service.api.schemas.common import precision_field, within
+from service.kernels import LikelihoodResult
+from service.requests import LikelihoodRequest
 from service.web.arrays import Array
 from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
 
-# Logits are at most [batch, head, T, V], so targets [batch, head, T].
-TARGETS_MAX_RANK = 3
-
 
 class LikelihoodRequestSchema(Schema):
-    logits = Array(
-        min_rank=2,
+    logits = Array.of(
+        LikelihoodRequest.ARRAYS["logits"],
         required=True,
-        shape="[..., T, V]",
         metadata={"description": "Next-token logits per position."},
     )
-    targets = Array(
-        kind="integer",
-        min_rank=1,
-        max_rank=TARGETS_MAX_RANK,
+    targets = Array.of(
+        LikelihoodRequest.ARRAYS["targets"],
         required=True,
-        shape="[..., T]",
         metadata={"description": "Token ids in [0, V), or ignore_index for padding."},
     )
     shift = StrictBoolean(
@@ -38,20 +32,20 @@ class LikelihoodRequestSchema(Schema):
     ignore_index = StrictInteger(load_default=-100, metadata={"description": "Target id that marks padding."})
     temperature = StrictFloat(
         load_default=1.0,
-        validate=validate.Range(min=0, min_inclusive=False),
+        validate=within(LikelihoodRequest.TEMPERATURE),
         metadata={"description": "Divides the logits before scoring.", "exclusiveMinimum": 0},
     )
     top_logprobs = StrictInteger(
         load_default=0,
-        validate=validate.Range(min=0, max=MAX_TOP_LOGPROBS),
+        validate=within(LikelihoodRequest.TOP_LOGPROBS),
         metadata={"description": "How many of the most probable tokens to list per scored position."},
     )
     precision = precision_field()
 
     @post_load
-    def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        data["shape"] = checked_shapes(lambda: likelihood_shapes(data["logits"].shape, data["targets"].shape))
-        return data
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> LikelihoodRequest:
+        """The typed request: its own checks (shapes, ranges) raise errors naming the field."""
+        return LikelihoodRequest(**data)
 
 
 _TOP_LOGPROB = {
@@ -107,7 +101,7 @@ class LikelihoodResponseSchema(Schema):
         metadata={
             "description": "[..., T, k] lists of {token, logprob}, most probable first; null rows where not "
             "scored. Present when top_logprobs > 0.",
-            **_top_logprobs_schema(min_rank=1, max_rank=TARGETS_MAX_RANK),
+            **_top_logprobs_schema(min_rank=1, max_rank=LikelihoodRequest.ARRAYS["targets"].max_rank),
         }
     )
 

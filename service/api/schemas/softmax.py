@@ -5,53 +5,49 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from marshmallow import Schema, fields, post_load, validate
+from marshmallow import Schema, fields, post_load
 
-from service.api.schemas.common import IncludeList, checked_shapes, precision_field
-from service.kernels import SoftmaxResult, softmax_shapes
+from service.api.schemas.common import IncludeList, precision_field, within
+from service.kernels import SoftmaxResult
+from service.requests import SoftmaxOutput, SoftmaxRequest
 from service.web.arrays import Array
 from service.web.fields import StrictFloat, StrictInteger
 
 
 class SoftmaxRequestSchema(Schema):
-    logits = Array(
-        required=True, shape="[..., V]", metadata={"description": "Logits; softmax over the last axis."}
+    logits = Array.of(
+        SoftmaxRequest.ARRAYS["logits"],
+        required=True,
+        metadata={"description": "Logits; softmax over the last axis."},
     )
     temperature = StrictFloat(
         load_default=1.0,
-        validate=validate.Range(min=0),
+        validate=within(SoftmaxRequest.TEMPERATURE),
         metadata={"description": "Divides the logits; 0 is the greedy limit (ties share the probability)."},
     )
-    mask = Array(
-        kind="boolean",
-        shape="[..., V]",
+    mask = Array.of(
+        SoftmaxRequest.ARRAYS["mask"],
         metadata={"description": "false = excluded (probability 0); broadcastable to the logits' shape."},
     )
     top_k = StrictInteger(
-        validate=validate.Range(min=1),
+        validate=within(SoftmaxRequest.TOP_K),
         metadata={"description": "Keep every entry whose logit is at least the k-th largest."},
     )
     top_p = StrictFloat(
-        validate=validate.Range(min=0, max=1, min_inclusive=False),
+        validate=within(SoftmaxRequest.TOP_P),
         metadata={
             "description": "Keep the smallest set of most probable entries whose probability sums to "
             "at least p (never fewer than one), after temperature and top_k.",
             "exclusiveMinimum": 0,
         },
     )
-    include = IncludeList(
-        ["log_probabilities"], default=[], metadata={"description": "Extra arrays to return."}
-    )
+    include = IncludeList(SoftmaxOutput, default=[], metadata={"description": "Extra arrays to return."})
     precision = precision_field()
 
     @post_load
-    def check_shapes(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        data["shape"] = checked_shapes(
-            lambda: softmax_shapes(
-                data["logits"].shape, mask_shape=data["mask"].shape if "mask" in data else None
-            )
-        )
-        return data
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> SoftmaxRequest:
+        """The typed request: its own checks (shapes, ranges) raise errors naming the field."""
+        return SoftmaxRequest(**data)
 
 
 class SoftmaxResponseSchema(Schema):

@@ -1,0 +1,40 @@
+"""Typed requests: one frozen object per model, made by either protocol's codec and run by its kernel.
+
+A request object that exists has passed every rule (ranks, ranges, allowed values, matching shapes), and
+``work()`` says how much it asks for before anything large is allocated.
+"""
+
+from __future__ import annotations
+
+from service.requests._attention import AttentionOutput, AttentionRequest
+from service.requests._common import (
+    MAX_RANK,
+    PRECISIONS,
+    ArrayKind,
+    ArraySpec,
+    Bound,
+    Precision,
+    Range,
+    RequestError,
+    Work,
+)
+from service.requests._likelihood import TOP_LOGPROB_COST, LikelihoodRequest
+from service.requests._softmax import SoftmaxOutput, SoftmaxRequest
+
+__all__ = [
+    "MAX_RANK",
+    "PRECISIONS",
+    "TOP_LOGPROB_COST",
+    "ArrayKind",
+    "ArraySpec",
+    "AttentionOutput",
+    "AttentionRequest",
+    "Bound",
+    "LikelihoodRequest",
+    "Precision",
+    "Range",
+    "RequestError",
+    "SoftmaxOutput",
+    "SoftmaxRequest",
+    "Work",
+]

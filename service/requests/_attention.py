@@ -1,0 +1,142 @@
+"""The typed attention request: arrays, options and the shapes they make, checked once for both protocols."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+from service.kernels import (
+    AttentionResult,
+    AttentionShapes,
+    CausalAlignment,
+    EmptyRowPolicy,
+    attention,
+    attention_shapes,
+)
+from service.requests._common import (
+    PRECISIONS,
+    AnyArray,
+    ArraySpec,
+    Bound,
+    Precision,
+    Range,
+    Work,
+    boolean,
+    choice,
+    names,
+    number,
+    rows_of,
+)
+
+AttentionOutput = Literal["weights", "scores", "logsumexp"]
+
+# The output-only limit bounds time, which grows with d_k + d_v (one product for the scores, one for the
+# output); it is stated for d_k = d_v = 64, and wider rows count proportionally more.
+REFERENCE_ROW_WIDTH = 128
+
+
+@dataclass(frozen=True)
+class AttentionRequest:
+    """``softmax(Q Kᵀ · scale + bias, over visible keys) @ V``, as a client asked for it.
+
+    ``include`` names the intermediates returned beside the output. ``shapes`` is derived (and the shapes
+    checked) when the object is made, so a request that exists is one the kernel can run.
+    """
+
+    ARRAYS: ClassVar[dict[str, ArraySpec]] = {
+        "query": ArraySpec(axes="[..., n, d_k]"),
+        "key": ArraySpec(min_rank=2, axes="[..., m, d_k]"),
+        "value": ArraySpec(min_rank=2, axes="[..., m, d_v]"),
+        "mask": ArraySpec(kind="boolean", axes="[..., n, m]"),
+        "bias": ArraySpec(axes="[..., n, m]"),
+    }
+    SCALE: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
+    DEFAULT_INCLUDE: ClassVar[frozenset[AttentionOutput]] = frozenset({"weights"})
+
+    query: AnyArray
+    key: AnyArray
+    value: AnyArray
+    mask: AnyArray | None = None
+    bias: AnyArray | None = None
+    causal: bool = False
+    causal_alignment: CausalAlignment = "lower_right"
+    scale: float | None = None
+    empty_rows: EmptyRowPolicy = "error"
+    include: frozenset[AttentionOutput] = DEFAULT_INCLUDE
+    precision: Precision = "float64"
+    shapes: AttentionShapes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, spec in self.ARRAYS.items():
+            array = getattr(self, name)
+            if array is not None:
+                spec.check(array, field=name)
+        set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
+        set_(self, "causal", boolean(self.causal, field="causal"))
+        set_(
+            self, "causal_alignment", choice(self.causal_alignment, CausalAlignment, field="causal_alignment")
+        )
+        if self.scale is not None:
+            set_(self, "scale", number(self.scale, field="scale", allowed=self.SCALE))
+        set_(self, "empty_rows", choice(self.empty_rows, EmptyRowPolicy, field="empty_rows"))
+        set_(self, "include", names(self.include, AttentionOutput, field="include"))
+        set_(self, "precision", choice(self.precision, Precision, field="precision"))
+        set_(
+            self,
+            "shapes",
+            attention_shapes(
+                self.query.shape,
+                self.key.shape,
+                self.value.shape,
+                mask_shape=None if self.mask is None else self.mask.shape,
+                bias_shape=None if self.bias is None else self.bias.shape,
+            ),
+        )
+
+    def work(self) -> Work:
+        """Weights and scores are held whole (each one counts); output-only scores go a block at a time."""
+        shapes = self.shapes
+        rows = rows_of(shapes.batch, shapes.n)
+        held_matrices = len(self.include & {"weights", "scores"})
+        # Under empty_rows="zero" every row could be listed, as an index of len(batch) + 1 integers.
+        listed = rows * (len(shapes.batch) + 1) if self.empty_rows == "zero" else 0
+        answer = (
+            shapes.output_elements
+            + held_matrices * shapes.scores_elements
+            + (rows if "logsumexp" in self.include else 0)
+            + listed
+        )
+        if held_matrices:
+            held = max(shapes.scores_elements * held_matrices, shapes.output_elements, listed)
+            what = "attention arrays (batch × n × m for each of weights and scores asked for)"
+            return Work(elements=held, bounds=(Bound(held, what),), answer_elements=answer)
+        widening = max(1.0, (shapes.d_k + shapes.d_v) / REFERENCE_ROW_WIDTH)
+        computed = math.ceil(shapes.scores_elements * widening)
+        bounds = (
+            Bound(max(shapes.output_elements, listed), "an attention output (batch × n × d_v)"),
+            Bound(
+                computed,
+                "attention scores (batch × n × m, output only, × (d_k + d_v) / 128 when that is more than 1)",
+                setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
+            ),
+        )
+        return Work(elements=computed, bounds=bounds, answer_elements=answer)
+
+    def run(self) -> AttentionResult:
+        """The kernel's answer to this request."""
+        return attention(
+            self.query,
+            self.key,
+            self.value,
+            mask=self.mask,
+            bias=self.bias,
+            causal=self.causal,
+            causal_alignment=self.causal_alignment,
+            scale=self.scale,
+            empty_rows=self.empty_rows,
+            return_weights="weights" in self.include,
+            return_scores="scores" in self.include,
+            return_logsumexp="logsumexp" in self.include,
+            dtype=PRECISIONS[self.precision],
+        )
