@@ -37,7 +37,6 @@ lint: $(DEV_STAMP)
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
-	$(BIN)/mypy deploy/soak.py
 
 check: lint typecheck test
 
@@ -63,7 +62,7 @@ bench-tune: $(DEV_STAMP)  ## compare gunicorn settings (workers, threads, BLAS t
 SOAK_SECONDS ?= 60
 
 soak: $(DEV_STAMP)  ## 64 keep-alive connections against gunicorn for SOAK_SECONDS; fails on 5xx, drops, leaks
-	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python deploy/soak.py
+	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python -m deploy.soak
 
 kubernetes-validate: $(DEV_STAMP)  ## the manifests in deploy/kubernetes against the Kubernetes schemas, offline
 	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml

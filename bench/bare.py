@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from flask import Flask, Response, request
 
+APP = "bench.bare:app"  # what gunicorn serves
 app = Flask(__name__)
 ANSWER = b'{"output":[1.9814307040400587,2.0092846479799706]}'
 
@@ -14,6 +15,6 @@ def no_work(name: str) -> Response:
     return Response(ANSWER, mimetype="application/json")
 
 
-@app.get("/healthz")
-def healthz() -> Response:
+@app.get("/readyz")  # the launcher's readiness rule
+def readyz() -> Response:
     return Response(b'{"status":"ok"}', mimetype="application/json")

@@ -22,8 +22,9 @@ import numpy as np
 import orjson
 
 from bench import load
+from bench.bare import APP as BARE_APP
 from bench.cases import Case, all_cases, floor_bytes
-from bench.server import BARE_APP, MIB, SERVICE_APP, gunicorn
+from deploy.launch import MIB, SERVICE_APP, Server, serving
 from service import create_app
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST, LIKELIHOOD_EXAMPLE_REQUEST
 
@@ -81,13 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     cases = all_cases()
     rows = [Row(case) for case in cases]
 
-    setup = "\n".join([machine_line(), settings_line(settings)])
-    print(setup, flush=True)
-    with gunicorn(SERVICE_APP, settings) as service, gunicorn(BARE_APP, settings) as bare:
+    with (
+        serving(SERVICE_APP, settings, keep_stdout=False) as service,
+        serving(BARE_APP, settings, keep_stdout=False) as bare,
+    ):
+        setup = "\n".join([machine_line(), settings_line(service)])
+        print(setup, flush=True)
         for row in rows:
             measure_times(row, budget, service_port=service.port, bare_port=bare.port)
-            measure_throughput(row, budget, settings, service_port=service.port, bare_port=bare.port)
-            row.peak_rss = max(service.peak_memory().values())
+            measure_throughput(row, budget, service, bare_port=bare.port)
+            row.peak_rss = max(reading.peak for reading in service.memory().values())
     for row in rows:
         measure_memory(row, settings)
     precision = measure_precision(cases)
@@ -99,22 +103,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+SETTINGS = (
+    "WEB_CONCURRENCY",
+    "GUNICORN_THREADS",
+    "GUNICORN_WORKER_CLASS",
+    "GUNICORN_KEEPALIVE",
+    "BLAS_THREADS",
+)
+
+
 def gunicorn_settings() -> dict[str, str]:
-    """The environment that configures gunicorn.conf.py: its defaults (stated again here, so that the
-    table says what ran), or what this shell sets."""
-    defaults = {
-        "WEB_CONCURRENCY": str(os.cpu_count() or 1),
-        "GUNICORN_THREADS": "1",
-        "GUNICORN_KEEPALIVE": "5",
-        "BLAS_THREADS": "1",
-    }
-    return {key: os.environ.get(key, value) for key, value in defaults.items()}
+    """The gunicorn.conf.py settings this shell sets; everything else, the worker count included, is what
+    gunicorn.conf.py chooses on this machine (the table's set-up line says what ran)."""
+    settings = {key: os.environ[key] for key in SETTINGS if key in os.environ}
+    settings["GUNICORN_MAX_REQUESTS"] = "0"  # a worker recycled mid-run would take its memory readings along
+    return settings
 
 
-def settings_line(settings: dict[str, str]) -> str:
+def settings_line(server: Server) -> str:
     tool = "wrk" if shutil.which("wrk") else "Python threads (wrk is not installed)"
-    gunicorn = ", ".join(f"{key}={value}" for key, value in sorted(settings.items()))
-    return f"gunicorn.conf.py with {gunicorn}; load generator: {tool}"
+    blas = os.environ.get("BLAS_THREADS", "1")
+    return f"gunicorn.conf.py: {server.config.describe()}, BLAS_THREADS={blas}; load generator: {tool}"
 
 
 def machine_line() -> str:
@@ -177,12 +186,11 @@ def measure_times(row: Row, budget: Budget, *, service_port: int, bare_port: int
     )
 
 
-def measure_throughput(
-    row: Row, budget: Budget, settings: dict[str, str], *, service_port: int, bare_port: int
-) -> None:
+def measure_throughput(row: Row, budget: Budget, service: Server, *, bare_port: int) -> None:
     """Requests per second under concurrency, the service and the bare app taking turns."""
     case = row.case
-    connections = 2 * int(settings["WEB_CONCURRENCY"]) * int(settings["GUNICORN_THREADS"])
+    service_port = service.port
+    connections = 2 * service.config.workers * service.config.threads
     rates: dict[int, list[float]] = {service_port: [], bare_port: []}
     for _ in range(budget.load_rounds):
         for port, measured in rates.items():
@@ -203,7 +211,7 @@ def measure_throughput(
 def measure_memory(row: Row, settings: dict[str, str]) -> None:
     """Peak RSS growth of one fresh worker while it serves one request (after a tiny warm-up request)."""
     case = row.case
-    with gunicorn(SERVICE_APP, {**settings, "WEB_CONCURRENCY": "1"}) as server:
+    with serving(SERVICE_APP, settings, workers=1, keep_stdout=False) as server:
         client = load.Client(server.port)
         try:
             client.post(case.path, WARMUP_BODIES[case.path])
@@ -211,8 +219,8 @@ def measure_memory(row: Row, settings: dict[str, str]) -> None:
             client.post(case.path, case.raw)
         finally:
             client.close()
-        peak = server.peak_memory()
-        row.rss_growth = max(peak[pid] - before[pid] for pid in server.workers)
+        after = server.memory()
+        row.rss_growth = max(after[pid].peak - before[pid].rss for pid in before)
     print(f"{case.name}: peak RSS of a fresh worker grew by {row.rss_growth / MIB:.1f} MiB", flush=True)
 
 

@@ -13,9 +13,10 @@ import time
 import numpy as np
 
 from bench import load
+from bench.bare import APP as BARE_APP
 from bench.cases import all_cases
 from bench.run import markdown, ms, settings_line
-from bench.server import BARE_APP, SERVICE_APP, gunicorn
+from deploy.launch import SERVICE_APP, serving
 
 CORES = os.cpu_count() or 1
 CANDIDATES: list[dict[str, str]] = [
@@ -35,9 +36,12 @@ def main() -> int:
     tiny, mid = cases["tiny (seed example)"], cases["attention 512 weights"]
     body = []
     for candidate in CANDIDATES:
-        settings = {"GUNICORN_KEEPALIVE": "5", **candidate}
-        print(settings_line(settings), flush=True)
-        with gunicorn(SERVICE_APP, settings) as service, gunicorn(BARE_APP, settings) as bare:
+        settings = {"GUNICORN_KEEPALIVE": "5", "GUNICORN_MAX_REQUESTS": "0", **candidate}
+        with (
+            serving(SERVICE_APP, settings, keep_stdout=False) as service,
+            serving(BARE_APP, settings, keep_stdout=False) as bare,
+        ):
+            print(settings_line(service), flush=True)
             ratios, rates, bare_rates = [], [], []
             for _ in range(ROUNDS):  # the service and the bare app take turns
                 rate = load.throughput(

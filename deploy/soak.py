@@ -17,20 +17,14 @@ import json
 import math
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-MIB = 1024 * 1024
+from deploy.launch import MIB, Server, start
+
 MAX_BODY_BYTES = 1 * MIB  # lowered for the soak so oversized bodies stay cheap to send
 MAX_WORK_ELEMENTS = 16_777_216  # the production default, set for the soak so "oversized-work" stays a 413
 
@@ -88,28 +82,6 @@ def request_mix(rng: random.Random) -> list[Kind]:
     ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def worker_pids(master: int) -> set[int]:
-    children = Path(f"/proc/{master}/task/{master}/children")
-    return {int(pid) for pid in children.read_text().split()} if children.exists() else set()
-
-
-def rss_bytes(pid: int) -> int | None:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def keeps_growing(samples: list[int]) -> bool:
     """True when each third of the samples peaks higher than the one before, by more than noise."""
     if len(samples) < 6:
@@ -143,26 +115,22 @@ async def client_loop(
                 tally.unexpected.append(kind.name)
 
 
-async def watch_memory(master: int, deadline: float, memory: dict[int, list[int]]) -> None:
+async def watch_memory(server: Server, deadline: float, memory: dict[int, list[int]]) -> None:
     while time.monotonic() < deadline:
-        for pid in worker_pids(master):
-            rss = rss_bytes(pid)
-            if rss is not None:
-                memory.setdefault(pid, []).append(rss)
+        for pid, reading in server.memory().items():
+            memory.setdefault(pid, []).append(reading.rss)
         await asyncio.sleep(0.5)
 
 
-async def soak(
-    base_url: str, master: int, seconds: float, connections: int
-) -> tuple[Tally, dict[int, list[int]]]:
+async def soak(server: Server, seconds: float, connections: int) -> tuple[Tally, dict[int, list[int]]]:
     kinds = request_mix(random.Random(20240601))
     tally = Tally()
     memory: dict[int, list[int]] = {}
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=60.0) as client:
+    async with httpx.AsyncClient(base_url=server.base_url, limits=limits, timeout=60.0) as client:
         deadline = time.monotonic() + seconds
         loops = [client_loop(client, kinds, random.Random(n), deadline, tally) for n in range(connections)]
-        await asyncio.gather(watch_memory(master, deadline, memory), *loops)
+        await asyncio.gather(watch_memory(server, deadline, memory), *loops)
     return tally, memory
 
 
@@ -171,51 +139,31 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def start_gunicorn(port: int, log_path: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    env.update({"HOST": "127.0.0.1", "PORT": str(port), "MAX_BODY_BYTES": str(MAX_BODY_BYTES)})
-    env["MAX_WORK_ELEMENTS"] = str(MAX_WORK_ELEMENTS)  # whatever the shell says: the mix expects this limit
-    env.setdefault("WEB_CONCURRENCY", "2")
-    env["GUNICORN_MAX_REQUESTS"] = "0"  # recycling would hide a leak
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "--config", "gunicorn.conf.py", "service:create_app()"],
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,  # the JSON access log: one line per request, not needed here
-            stderr=log,
-        )
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return process
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise SystemExit(f"gunicorn did not become ready:\n{log_path.read_text()}")
-        time.sleep(0.1)
+def soak_settings() -> dict[str, str]:
+    """The environment the soak runs gunicorn with: the mix's limits, recycling off (it would hide a leak)."""
+    return {
+        "MAX_BODY_BYTES": str(MAX_BODY_BYTES),
+        "MAX_WORK_ELEMENTS": str(MAX_WORK_ELEMENTS),  # whatever the shell says: the mix expects this limit
+        "WEB_CONCURRENCY": os.environ.get("WEB_CONCURRENCY", "2"),
+        "GUNICORN_MAX_REQUESTS": "0",
+    }
 
 
 def main() -> int:
     seconds = float(os.environ.get("SOAK_SECONDS", "60"))
     connections = int(os.environ.get("SOAK_CONNECTIONS", "64"))
-    port = free_port()
-    log_path = Path(tempfile.mkstemp(prefix="soak-gunicorn-", suffix=".log")[1])
-    process = start_gunicorn(port, log_path)
+    # the JSON access log (one line per request) is not needed here: reading it would load the client's core
+    server = start(env=soak_settings(), keep_stdout=False)
     try:
-        workers_before = worker_pids(process.pid)
+        workers_before = server.worker_pids()
         print(
-            f"soak: {connections} connections for {seconds:.0f} s against 127.0.0.1:{port} "
+            f"soak: {connections} connections for {seconds:.0f} s against 127.0.0.1:{server.port} "
             f"({len(workers_before)} workers)"
         )
-        tally, memory = asyncio.run(soak(f"http://127.0.0.1:{port}", process.pid, seconds, connections))
-        workers_after = worker_pids(process.pid)
+        tally, memory = asyncio.run(soak(server, seconds, connections))
+        workers_after = server.worker_pids()
     finally:
-        process.send_signal(signal.SIGTERM)
-        exit_code = process.wait(timeout=60)
+        exit_code = server.terminate(timeout=60)
 
     failures: list[str] = []
     all_latencies = [value for values in tally.latencies.values() for value in values]
@@ -256,11 +204,10 @@ def main() -> int:
     if exit_code != 0:
         failures.append(f"gunicorn exited {exit_code} on SIGTERM")
     if failures:
-        print(f"SOAK FAILED (gunicorn log: {log_path})")
+        print("SOAK FAILED\n" + server.log())
         for failure in failures:
             print(f"  - {failure}")
         return 1
-    log_path.unlink()
     print("SOAK OK")
     return 0
 

@@ -17,7 +17,6 @@ from service.web.problems import register_error_handlers
 from service.web.request_clock import install_request_clock
 from service.web.request_id import install_request_ids
 from service.web.spec import SPEC_CONFIG, Api
-from service.web.test_delay import install_test_delay
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
@@ -37,7 +36,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     install_access_log(app)
     install_metrics(app)
     install_api_keys(app)
-    install_test_delay(app)
 
     api = Api(app)
     api.spec.components.security_scheme(SCHEME_NAME, SECURITY_SCHEME)

@@ -78,8 +78,6 @@ class Settings:
     api_keys: tuple[str, ...] = _setting((), _keys, secret=True)
     api_keys_file: tuple[str, ...] = _setting((), _keys_file, secret=True)
     access_log: bool = _setting(True, _flag)
-    # Test-only: lets a request ask to be slowed down (X-Test-Delay), for the graceful-shutdown test.
-    enable_test_delay: bool = _setting(False, _flag)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -102,5 +100,4 @@ class Settings:
             "CORS_MAX_AGE": self.cors_max_age,
             "API_KEYS": [*self.api_keys, *self.api_keys_file],
             "ACCESS_LOG": self.access_log,
-            "ENABLE_TEST_DELAY": self.enable_test_delay,
         }

@@ -1,7 +1,7 @@
 """The service as operators run it: gunicorn with gunicorn.conf.py, on a free loopback port.
 
-Each server takes a second or two to start, so tests share one where they can. Slow requests use the
-test-only ``X-Test-Delay`` hook (``ENABLE_TEST_DELAY=1``, off by default).
+Each server takes a second or two to start, so tests share one where they can. Slow requests are served
+by the tests' wrapper app (``tests/deploy/slow_app.py``), which adds an ``X-Test-Delay`` header.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from deploy.launch import Server, start
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST
-from tests.deploy.gunicorn_server import GunicornServer
+from tests.deploy import slow_app
 
 pytestmark = pytest.mark.gunicorn
 
@@ -36,15 +37,13 @@ def metrics_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(metrics_dir: Path) -> Iterator[GunicornServer]:
-    running = GunicornServer(
-        {"ENABLE_TEST_DELAY": "1", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}, workers=2
-    )
+def server(metrics_dir: Path) -> Iterator[Server]:
+    running = start(slow_app.APP, {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}, workers=2)
     yield running
     assert running.terminate() == 0, running.log()
 
 
-def _requests_total(server: GunicornServer, endpoint: str, status: str) -> float:
+def _requests_total(server: Server, endpoint: str, status: str) -> float:
     text = httpx.get(server.url("/metrics")).text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -58,18 +57,18 @@ def _requests_total(server: GunicornServer, endpoint: str, status: str) -> float
     return 0.0
 
 
-def _access_lines(server: GunicornServer) -> list[dict[str, object]]:
+def _access_lines(server: Server) -> list[dict[str, object]]:
     return [json.loads(line) for line in list(server.stdout) if line.startswith("{")]
 
 
 @pytest.mark.parametrize("path", ["/livez", "/readyz", "/healthz"])
-def test_probes(server: GunicornServer, path: str) -> None:
+def test_probes(server: Server, path: str) -> None:
     response = httpx.get(server.url(path))
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
 
 
-def test_the_seed_example(server: GunicornServer) -> None:
+def test_the_seed_example(server: Server) -> None:
     response = httpx.post(server.url("/v1/attention"), json=SEED)
     assert response.status_code == 200
     assert response.json()["weights"] == pytest.approx(SEED_WEIGHTS, rel=1e-12)
@@ -83,9 +82,7 @@ def test_the_seed_example(server: GunicornServer) -> None:
     ],
     ids=["request-line-too-long", "negative-content-length"],
 )
-def test_gunicorns_own_errors_are_problem_json(
-    server: GunicornServer, request_head: bytes, status: int
-) -> None:
+def test_gunicorns_own_errors_are_problem_json(server: Server, request_head: bytes, status: int) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(request_head)
         answer = b""
@@ -100,11 +97,11 @@ def test_gunicorns_own_errors_are_problem_json(
     assert problem["detail"]
 
 
-def test_stale_metric_files_were_cleaned_at_start(server: GunicornServer, metrics_dir: Path) -> None:
+def test_stale_metric_files_were_cleaned_at_start(server: Server, metrics_dir: Path) -> None:
     assert not (metrics_dir / "counter_999999.db").exists()
 
 
-def test_metrics_count_requests_across_both_workers(server: GunicornServer) -> None:
+def test_metrics_count_requests_across_both_workers(server: Server) -> None:
     before = _requests_total(server, "/v1/softmax", "200")
     ids = [f"metrics-{n}" for n in range(4)]
 
@@ -121,7 +118,7 @@ def test_metrics_count_requests_across_both_workers(server: GunicornServer) -> N
     assert _requests_total(server, "/v1/softmax", "200") - before == 4
 
 
-def test_request_id_is_echoed_and_logged(server: GunicornServer) -> None:
+def test_request_id_is_echoed_and_logged(server: Server) -> None:
     response = httpx.post(
         server.url("/v1/softmax"), json={"logits": "x"}, headers={"X-Request-ID": "gunicorn-echo-1"}
     )
@@ -138,7 +135,7 @@ def test_request_id_is_echoed_and_logged(server: GunicornServer) -> None:
     assert not any("gunicorn-echo-1" in err for err in server.stderr)
 
 
-def test_cors_preflight(server: GunicornServer) -> None:
+def test_cors_preflight(server: Server) -> None:
     response = httpx.options(
         server.url("/v1/attention"),
         headers={
@@ -154,7 +151,7 @@ def test_cors_preflight(server: GunicornServer) -> None:
 
 
 def test_api_keys_accept_and_reject() -> None:
-    server = GunicornServer({"API_KEYS": "alpha-key,beta-key"}, workers=1)
+    server = start(env={"API_KEYS": "alpha-key,beta-key"}, workers=1)
     try:
         url = server.url("/v1/attention")
         accepted = httpx.post(url, json=SEED, headers={"Authorization": "Bearer beta-key"})
@@ -172,7 +169,7 @@ def test_api_keys_accept_and_reject() -> None:
 
 
 def test_sigterm_lets_the_request_in_flight_finish_and_exits_0() -> None:
-    server = GunicornServer({"ENABLE_TEST_DELAY": "1"}, workers=1)
+    server = start(slow_app.APP, workers=1)
     answer: dict[str, httpx.Response] = {}
 
     def slow_call() -> None:
@@ -192,7 +189,7 @@ def test_sigterm_lets_the_request_in_flight_finish_and_exits_0() -> None:
 
 
 def test_a_killed_worker_is_replaced_while_the_service_keeps_answering() -> None:
-    server = GunicornServer(workers=2)
+    server = start(workers=2)
     try:
         before = server.worker_pids()
         victim = min(before)

@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from deploy import soak
 
 MIB = 1024 * 1024
 
 
-@pytest.fixture(scope="module")
-def soak() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "deploy" / "soak.py"
-    spec = importlib.util.spec_from_file_location("soak", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["soak"] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_a_steady_climb_is_a_leak(soak: ModuleType) -> None:
+def test_a_steady_climb_is_a_leak() -> None:
     samples = [50 * MIB + step * MIB for step in range(30)]  # +1 MiB every sample
     assert soak.keeps_growing(samples)
 
@@ -41,11 +27,11 @@ def test_a_steady_climb_is_a_leak(soak: ModuleType) -> None:
         [50 * MIB, 60 * MIB, 70 * MIB],  # too few samples to judge
     ],
 )
-def test_flat_noisy_or_settling_memory_is_not(soak: ModuleType, samples: list[int]) -> None:
+def test_flat_noisy_or_settling_memory_is_not(samples: list[int]) -> None:
     assert not soak.keeps_growing(samples)
 
 
-def test_the_mix_covers_every_endpoint_and_error_kind(soak: ModuleType) -> None:
+def test_the_mix_covers_every_endpoint_and_error_kind() -> None:
     kinds = soak.request_mix(random.Random(1))
     assert {kind.path for kind in kinds} == {"/v1/attention", "/v1/softmax", "/v1/log-likelihood"}
     assert {kind.expect for kind in kinds} == {200, 400, 413, 422}
