@@ -10,6 +10,7 @@ from flask import Flask
 from service.settings import Settings
 from service.web.access_log import install_access_log
 from service.web.api_keys import SCHEME_NAME, SECURITY_SCHEME, install_api_keys
+from service.web.body import install_body_counting
 from service.web.cors import enable_cors
 from service.web.json_provider import OrjsonProvider
 from service.web.metrics import install_metrics
@@ -33,6 +34,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
     install_request_clock(app)
     install_request_ids(app)
+    install_body_counting(app)  # before the access log and metrics, which report the bytes read
     install_access_log(app)
     install_metrics(app)
     install_api_keys(app)

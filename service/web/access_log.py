@@ -1,90 +1,129 @@
-"""One JSON line per request on stdout: method, path, status, duration, bytes and the request id."""
+"""One JSON line per request on stdout: method, path, status, duration, bytes and the request id.
+
+The line is built with orjson and written straight to stdout, without ``logging``'s record and formatter
+machinery (it costs more than the rest of the line). Every request gets its line: a value orjson cannot
+write (an integer beyond 64 bits, a lone surrogate) is written as a string and named in ``unencodable``,
+so a hostile header cannot suppress the record of its request. A streamed answer is logged when its last
+byte has been handed to the server, with the bytes actually sent.
+"""
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
-from typing import Any, TextIO
+from collections.abc import Iterable, Iterator
+from typing import Any
 
+import orjson
 from flask import Flask, Response, request
 
-from service.web.json_provider import dumps_bytes
+from service.web.body import body_bytes_read
 from service.web.request_clock import request_seconds
 from service.web.request_id import current_request_id
 
 ACCESS_LOGGER = "service.access"
-
-# Attributes every LogRecord has; anything else was passed with ``extra=`` and becomes a JSON member.
-_RECORD_ATTRIBUTES = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
-
-
-class JsonFormatter(logging.Formatter):
-    """``{"time": …, "level": …, "logger": …, "message": …, **extra}`` on one line."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        body: dict[str, Any] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        body.update({k: v for k, v in vars(record).items() if k not in _RECORD_ATTRIBUTES})
-        if record.exc_info:
-            body["exception"] = self.formatException(record.exc_info)
-        return dumps_bytes(body).decode()
+# A claimed Content-Length is logged as it came only when it fits a signed 64-bit integer.
+_LARGEST_LOGGED_INT = 2**63 - 1
 
 
-JsonFormatter.converter = time.gmtime
+def _timestamp(now: float) -> str:
+    seconds = int(now)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int((now - seconds) * 1000):03d}Z"
 
 
-class StdoutHandler(logging.StreamHandler[TextIO]):
-    """Writes to whatever ``sys.stdout`` is at the time (test runners swap it)."""
-
-    def __init__(self) -> None:
-        super().__init__(sys.stdout)
-
-    @property
-    def stream(self) -> TextIO:
-        return sys.stdout
-
-    @stream.setter
-    def stream(self, _value: TextIO) -> None:
-        pass
+def _encodable(value: Any) -> tuple[Any, bool]:
+    """``value`` unchanged when orjson can write it, else a string standing for it (and True)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST_LOGGED_INT:
+        return str(value), True
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8"), True
+    return value, False
 
 
-def _access_logger() -> logging.Logger:
-    logger = logging.getLogger(ACCESS_LOGGER)
-    if not logger.handlers:  # once per process, however many apps are built
-        handler = StdoutHandler()
-        handler.setFormatter(JsonFormatter())
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False  # the line is complete; a root handler would print it twice
-    return logger
+def write_line(fields: dict[str, Any], *, level: str = "info", message: str = "request") -> None:
+    """Write ``{"time", "level", "logger", "message", **fields}`` as one stdout line, whatever the fields."""
+    line: dict[str, Any] = {
+        "time": _timestamp(time.time()),
+        "level": level,
+        "logger": ACCESS_LOGGER,
+        "message": message,
+        **fields,
+    }
+    try:
+        encoded = orjson.dumps(line)
+    except TypeError:  # orjson.JSONEncodeError: a field it cannot write
+        unencodable = []
+        for name, value in list(line.items()):
+            line[name], replaced = _encodable(value)
+            if replaced:
+                unencodable.append(name)
+        line["unencodable"] = unencodable
+        encoded = orjson.dumps(line, default=repr)
+    sys.stdout.write(encoded.decode() + "\n")  # sys.stdout at the time: test runners swap it
+    sys.stdout.flush()
+
+
+def _declared_length(fields: dict[str, Any]) -> None:
+    """Note a Content-Length that differs from the bytes read (clamped to 2^63 - 1 and flagged)."""
+    declared = request.content_length
+    if declared is not None and declared != fields["request_bytes"]:
+        fields["declared_bytes"] = min(declared, _LARGEST_LOGGED_INT)
+        if declared > _LARGEST_LOGGED_INT:
+            fields["declared_bytes_clamped"] = True
+
+
+class _CountedBody:
+    """A streamed answer's iterable that writes the access line once the server has taken every piece."""
+
+    def __init__(self, pieces: Iterable[bytes] | Iterable[str], fields: dict[str, Any], started: float) -> None:
+        self._pieces = pieces
+        self._fields = fields
+        self._started = started
+        self._sent = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self._pieces:
+            data = piece.encode() if isinstance(piece, str) else piece
+            self._sent += len(data)
+            yield data
+
+    def close(self) -> None:
+        close = getattr(self._pieces, "close", None)
+        if close is not None:
+            close()
+        self._fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 3)
+        self._fields["bytes"] = self._sent
+        write_line(self._fields)
 
 
 def install_access_log(app: Flask) -> None:
     """When ``ACCESS_LOG`` is on, log every request once it has its response."""
-    logger = _access_logger()
     if not app.config["ACCESS_LOG"]:
         return
 
     @app.after_request
     def _log(response: Response) -> Response:
         duration = request_seconds() or 0.0
-        logger.info(
-            "request",
-            extra={
-                "method": request.method,
-                "path": request.path,
-                "status": response.status_code,
-                "duration_ms": round(duration * 1000, 3),
-                "bytes": response.calculate_content_length() or 0,
-                "request_bytes": request.content_length or 0,
-                "request_id": current_request_id(),
-                "pid": os.getpid(),
-            },
-        )
+        fields: dict[str, Any] = {
+            "method": request.method,
+            "path": request.path,
+            "status": response.status_code,
+            "duration_ms": round(duration * 1000, 3),
+            "bytes": 0,
+            "request_bytes": body_bytes_read(),
+            "request_id": current_request_id(),
+            "pid": os.getpid(),
+        }
+        _declared_length(fields)
+        if response.is_streamed and not response.direct_passthrough:
+            fields["streamed"] = True
+            started = time.perf_counter() - duration
+            response.response = _CountedBody(response.response, fields, started)
+            return response
+        fields["bytes"] = response.calculate_content_length() or 0
+        write_line(fields)
         return response

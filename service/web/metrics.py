@@ -1,14 +1,28 @@
-"""Prometheus metrics, correct under several gunicorn workers.
+"""Prometheus metrics, correct under several gunicorn workers, with a fixed set of series.
 
 With ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn.conf.py sets and empties it at start) every worker
 writes its samples to files there and ``/metrics`` adds them up across workers; without it (tests,
-``flask run``) the metrics live in this process's default registry. Endpoints are labelled by their
-route template, never the raw path, so a client cannot create new time series.
+``flask run``) the metrics live in this process's default registry.
+
+Every label takes its value from a finite set, whatever the client sends (the README lists them):
+``endpoint`` is the matched route template or ``<unmatched>``, ``method`` one of the methods the service
+routes or ``other``, ``status`` a registered HTTP status code or ``other``. A client cannot create series.
+
+The files of workers that have exited (recycled by ``max_requests``, killed by the timeout) are merged
+into one archive file per metric type when a new worker starts, so the directory holds the live workers'
+files plus the archive however often workers restart, and the totals keep the dead workers' counts.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http import HTTPStatus
+from pathlib import Path
 
 from flask import Flask, Response, request
 from prometheus_client import (
@@ -20,12 +34,19 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.mmap_dict import MmapedDict
 
+from service.web.body import body_bytes_read
 from service.web.request_clock import request_seconds
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and multiprocess mode has none
 
 UNMATCHED = "<unmatched>"  # 404s: one label value for every unknown path
+# The methods the service routes (OPTIONS for CORS preflights, HEAD with every GET); anything else a client
+# makes up (gunicorn accepts any 3 to 20 character token) is counted as "other".
+ROUTED_METHODS = frozenset({"GET", "HEAD", "POST", "OPTIONS"})
+OTHER = "other"
+_STATUS_LABELS = {status.value: str(status.value) for status in HTTPStatus}
 
 REQUESTS = Counter(
     "attention_http_requests",
@@ -40,7 +61,7 @@ LATENCY = Histogram(
 )
 BODY_BYTES = Histogram(
     "attention_http_request_body_bytes",
-    "Size of request bodies (Content-Length), by route template.",
+    "Bytes of request body the service read (not the length a client claimed), by route template.",
     ["endpoint"],
     buckets=tuple(float(4**k) for k in range(3, 14)),  # 64 B … 64 MiB
 )
@@ -52,10 +73,25 @@ WORK_ELEMENTS = Histogram(
     buckets=tuple(float(4**k) for k in range(1, 14)),  # 4 … 64 Mi elements
 )
 
+# Metric types whose samples add up across processes, so a dead worker's samples can be folded into one file.
+_SUMMED_TYPES = ("counter", "histogram", "summary")
+_WORKER_FILE = re.compile(r"(?P<type>[a-z]+)_(?P<pid>\d+)\.db")
+_LOCK_FILE = ".lock"  # not *.db: the collector globs *.db
+
 
 def route_template() -> str:
     """The matched route (``/v1/attention``), or one shared value for paths that match nothing."""
     return request.url_rule.rule if request.url_rule is not None else UNMATCHED
+
+
+def method_label(method: str) -> str:
+    """The request method if the service routes it, else ``other``."""
+    return method if method in ROUTED_METHODS else OTHER
+
+
+def status_label(status: int) -> str:
+    """The status code if it is a registered HTTP status, else ``other``."""
+    return _STATUS_LABELS.get(status, OTHER)
 
 
 def record_work(elements: int) -> None:
@@ -63,27 +99,95 @@ def record_work(elements: int) -> None:
     WORK_ELEMENTS.labels(route_template()).observe(elements)
 
 
+def _multiprocess_dir() -> Path | None:
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    return Path(directory) if directory else None
+
+
+@contextmanager
+def _directory_lock(directory: Path, *, exclusive: bool) -> Iterator[None]:
+    """Scrapes share the lock; archiving takes it alone, so a scrape never sees a file counted twice."""
+    with open(directory / _LOCK_FILE, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _process_is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: not ours to archive
+    return True
+
+
+def archive_dead_workers(directory: Path) -> int:
+    """Fold the counter/histogram files of exited processes into ``<type>_archive.db``; return files merged.
+
+    A process still alive, or a zombie not yet reaped, keeps its files; the next worker to start merges them.
+    Live gauges of dead workers are gunicorn.conf.py's ``child_exit`` to drop (``mark_process_dead``).
+    """
+    merged = 0
+    with _directory_lock(directory, exclusive=True):
+        for metric_type in _SUMMED_TYPES:
+            dead = []
+            for path in directory.glob(f"{metric_type}_*.db"):
+                match = _WORKER_FILE.fullmatch(path.name)
+                if match and match["type"] == metric_type and not _process_is_alive(int(match["pid"])):
+                    dead.append(path)
+            if not dead:
+                continue
+            archive = directory / f"{metric_type}_archive.db"
+            totals: defaultdict[str, float] = defaultdict(float)
+            for path in [archive, *dead] if archive.exists() else dead:
+                for key, value, _timestamp, _position in MmapedDict.read_all_values_from_file(str(path)):  # type: ignore[no-untyped-call]
+                    totals[key] += value
+            partial = directory / f"{metric_type}_archive.partial"  # not *.db until it is complete
+            partial.unlink(missing_ok=True)
+            archive_file = MmapedDict(str(partial))  # type: ignore[no-untyped-call]
+            try:
+                for key, value in totals.items():
+                    archive_file.write_value(key, value, 0.0)  # type: ignore[no-untyped-call]
+            finally:
+                archive_file.close()  # type: ignore[no-untyped-call]
+            os.replace(partial, archive)
+            for path in dead:
+                path.unlink()
+            merged += len(dead)
+    return merged
+
+
 def exposition(accept: str | None) -> Response:
     """The metrics of every worker in the format the scraper asked for (text by default)."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    else:
-        registry = REGISTRY
     encoder, content_type = choose_encoder(accept or "")
-    return Response(encoder(registry), content_type=content_type)
+    directory = _multiprocess_dir()
+    if directory is None:
+        return Response(encoder(REGISTRY), content_type=content_type)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    with _directory_lock(directory, exclusive=False):
+        body = encoder(registry)
+    return Response(body, content_type=content_type)
 
 
 def install_metrics(app: Flask) -> None:
-    """Count and time every response, and size its request body."""
+    """Count and time every response, and size its request body by the bytes read."""
+    directory = _multiprocess_dir()
+    if directory is not None and directory.is_dir():
+        archive_dead_workers(directory)  # this process is a new worker: fold in the ones it replaces
 
     @app.after_request
     def _observe(response: Response) -> Response:
         endpoint = route_template()
-        status = str(response.status_code)
+        method = method_label(request.method)
+        status = status_label(response.status_code)
         seconds = request_seconds()
         if seconds is not None:
-            LATENCY.labels(endpoint, request.method, status).observe(seconds)
-        REQUESTS.labels(endpoint, request.method, status).inc()
-        BODY_BYTES.labels(endpoint).observe(request.content_length or 0)
+            LATENCY.labels(endpoint, method, status).observe(seconds)
+        REQUESTS.labels(endpoint, method, status).inc()
+        BODY_BYTES.labels(endpoint).observe(body_bytes_read())
         return response

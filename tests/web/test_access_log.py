@@ -39,3 +39,34 @@ def test_access_log_can_be_turned_off(capsys: pytest.CaptureFixture[str]) -> Non
     capsys.readouterr()
     assert client.get("/livez").status_code == 200
     assert capsys.readouterr().out == ""
+
+
+def test_a_content_length_beyond_64_bits_is_logged_clamped_and_flagged(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    client = create_app({"TESTING": True}).test_client()  # not the contract checker: it re-reads the body
+    capsys.readouterr()
+    response = client.post(
+        "/v1/softmax",
+        data=b"{}",
+        content_type="application/json",
+        headers={"X-Request-ID": "huge-claim"},
+        environ_overrides={"CONTENT_LENGTH": str(2**64)},
+    )
+    assert response.status_code == 413
+    (line,) = _lines(capsys.readouterr().out)
+    assert line["request_id"] == "huge-claim"
+    assert line["request_bytes"] == 0  # refused before reading: nothing was read
+    assert line["declared_bytes"] == 2**63 - 1
+    assert line["declared_bytes_clamped"] is True
+
+
+def test_a_field_orjson_cannot_write_does_not_drop_the_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from service.web.access_log import write_line
+
+    capsys.readouterr()
+    write_line({"status": 200, "huge": 2**70, "text": "\ud800"})
+    (line,) = _lines(capsys.readouterr().out)
+    assert line["huge"] == str(2**70)
+    assert line["text"] == "\\ud800"
+    assert line["unencodable"] == ["huge", "text"]

@@ -1,0 +1,179 @@
+"""Hostile clients against gunicorn with gunicorn.conf.py: bounded series, recycled workers, lying bodies.
+
+Loopback only; every flood is bounded in count.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.deploy.gunicorn_server import GunicornServer
+
+pytestmark = pytest.mark.gunicorn
+
+BODY_LIMIT = 4096  # a small MAX_BODY_BYTES, so the limit can be reached with a few KiB
+FLOOD = 500  # requests per flood round
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]:
+    metrics_dir = tmp_path_factory.mktemp("hostile-metrics")
+    running = GunicornServer(
+        {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "MAX_BODY_BYTES": str(BODY_LIMIT)}, workers=2
+    )
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
+def exchange(server: GunicornServer, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``raw`` on a fresh connection and read the answer to the end (the sync worker closes it)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    headers = {
+        name.lower(): value.strip() for name, _, value in (line.partition(":") for line in header_lines)
+    }
+    return int(status_line.split()[1]), headers, body
+
+
+def _series(server: GunicornServer) -> list[dict[str, str]]:
+    text = httpx.get(server.url("/metrics"), timeout=30).text
+    return [
+        sample.labels
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("attention_http_")
+    ]
+
+
+def _access_lines(server: GunicornServer) -> list[dict[str, object]]:
+    return [json.loads(line) for line in list(server.stdout) if line.startswith("{")]
+
+
+def test_a_flood_of_made_up_methods_and_paths_adds_no_series(server: GunicornServer) -> None:
+    _series(server)
+    _series(server)  # both workers may have served a scrape by now
+    counts = []
+    for round_ in (1, 2):
+        for n in range(FLOOD):
+            token = f"R{round_}N{n}"
+            status, _, _ = exchange(
+                server,
+                f"M{token} /{token}?{token} HTTP/1.1\r\nHost: x\r\nX-Request-ID: {token}\r\n\r\n".encode(),
+            )
+            assert status in (404, 405)
+        series = _series(server)
+        assert not any("R1N" in json.dumps(labels) or "R2N" in json.dumps(labels) for labels in series)
+        counts.append(len(series))
+    assert counts[0] == counts[1]
+    assert {labels.get("method") for labels in series} <= {"GET", "HEAD", "POST", "OPTIONS", "other", None}
+
+
+def test_content_length_beyond_64_bits_still_gets_its_log_line(server: GunicornServer) -> None:
+    raw = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"X-Request-ID: huge-claim\r\nContent-Length: 18446744073709551616\r\n\r\n{}"
+    )
+    status, _, _ = exchange(server, raw)
+    assert status in (400, 413)
+    server.wait_for(
+        lambda: any(line["request_id"] == "huge-claim" for line in _access_lines(server)), "log line"
+    )
+    (line,) = [line for line in _access_lines(server) if line["request_id"] == "huge-claim"]
+    assert line["request_bytes"] == 0  # the claim was refused before a byte was read
+    assert line["declared_bytes"] == 2**63 - 1
+    assert line["declared_bytes_clamped"] is True
+
+
+def _chunked(body: bytes, chunk: int = 1000) -> bytes:
+    pieces = [body[i : i + chunk] for i in range(0, len(body), chunk)]
+    return b"".join(b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces) + b"0\r\n\r\n"
+
+
+def _softmax_body(size: int) -> bytes:
+    """A valid softmax body of exactly ``size`` bytes (padded with spaces, which JSON ignores)."""
+    body = b'{"logits": [1.0, 2.0]}'
+    return body + b" " * (size - len(body))
+
+
+CHUNKED_HEAD = (
+    b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    b"Transfer-Encoding: chunked\r\nX-Request-ID: %s\r\n\r\n"
+)
+
+
+def test_chunked_body_of_exactly_the_limit_is_accepted_like_a_content_length(server: GunicornServer) -> None:
+    body = _softmax_body(BODY_LIMIT)
+    with_length = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+    assert exchange(server, with_length)[0] == 200
+    status, _, answer = exchange(server, CHUNKED_HEAD % b"chunked-at-limit" + _chunked(body))
+    assert status == 200, answer
+    assert json.loads(answer)["probabilities"] == pytest.approx(
+        [0.2689414213699951, 0.7310585786300049], rel=1e-12
+    )
+    over = exchange(server, CHUNKED_HEAD % b"chunked-over" + _chunked(_softmax_body(BODY_LIMIT + 1)))
+    assert over[0] == 413
+    server.wait_for(
+        lambda: any(line["request_id"] == "chunked-at-limit" for line in _access_lines(server)), "log line"
+    )
+    (line,) = [line for line in _access_lines(server) if line["request_id"] == "chunked-at-limit"]
+    assert line["request_bytes"] == BODY_LIMIT
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [b"zz\r\n{}\r\n0\r\n\r\n", b"2\r\n{}XX0\r\n\r\n", b"-2\r\n{}\r\n0\r\n\r\n"],
+    ids=["size-not-hex", "missing-terminator", "negative-size"],
+)
+def test_malformed_chunked_body_is_a_400_not_a_500(server: GunicornServer, chunks: bytes) -> None:
+    status, headers, body = exchange(server, CHUNKED_HEAD % b"bad-chunks" + chunks)
+    assert status == 400, body
+    assert headers["content-type"] == "application/problem+json"
+    assert not server.stderr_contains("unhandled error")
+
+
+def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_directory(
+    tmp_path: Path,
+) -> None:
+    metrics_dir = tmp_path / "metrics"
+    recycling = GunicornServer(
+        {
+            "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+            "GUNICORN_MAX_REQUESTS": "8",
+            "GUNICORN_MAX_REQUESTS_JITTER": "0",
+        },
+        workers=2,
+    )
+    try:
+        sent = 80  # about ten recycles of each worker's 8 requests, counting the probes
+        for _ in range(sent):
+            assert httpx.get(recycling.url("/livez"), timeout=30).status_code == 200
+        recycling.wait_for(lambda: len(recycling.worker_pids()) == 2, "2 workers")
+        text = httpx.get(recycling.url("/metrics"), timeout=30).text
+        served = {
+            sample.labels["method"]: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "attention_http_requests_total" and sample.labels["endpoint"] == "/livez"
+        }
+        assert served == {"GET": sent}
+        files = sorted(path.name for path in metrics_dir.glob("*.db"))
+        # two live workers' counter and histogram files, and one archive of each
+        assert len(files) <= 2 * 2 + 2, files
+        assert {"counter_archive.db", "histogram_archive.db"} <= set(files)
+    finally:
+        assert recycling.terminate() == 0, recycling.log()
