@@ -79,7 +79,9 @@ def _declared_length(fields: dict[str, Any]) -> None:
 class _CountedBody:
     """A streamed answer's iterable that writes the access line once the server has taken every piece."""
 
-    def __init__(self, pieces: Iterable[bytes] | Iterable[str], fields: dict[str, Any], started: float) -> None:
+    def __init__(
+        self, pieces: Iterable[bytes] | Iterable[str], fields: dict[str, Any], started: float
+    ) -> None:
         self._pieces = pieces
         self._fields = fields
         self._started = started
