@@ -9,8 +9,11 @@ PORT   ?= 8000
 
 RUNTIME_STAMP := $(VENV)/.runtime-installed
 DEV_STAMP     := $(VENV)/.dev-installed
+# The JS tooling (Biome: lint and format of service/static), from package-lock.json; nothing ships from it.
+NODE_STAMP    := node_modules/.installed
+BIOME         := node_modules/.bin/biome
 
-.PHONY: run test lint typecheck check openapi clean soak kubernetes-validate container-smoke screenshots \
+.PHONY: run test lint format typecheck check openapi clean soak kubernetes-validate container-smoke screenshots \
 	bench bench-smoke bench-tune
 
 $(BIN)/python:
@@ -31,9 +34,18 @@ run: $(RUNTIME_STAMP)  ## serve the API with gunicorn on $(HOST):$(PORT)
 test: $(DEV_STAMP)  ## the test suite
 	$(BIN)/python -m pytest
 
-lint: $(DEV_STAMP)
+$(NODE_STAMP): package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+lint: $(DEV_STAMP) $(NODE_STAMP)  ## ruff (Python) and Biome (the widgets' JS and CSS): lint and format check
 	$(BIN)/ruff check service tests bench deploy gunicorn.conf.py
 	$(BIN)/ruff format --check service tests bench deploy gunicorn.conf.py
+	$(BIOME) ci --colors=off .
+
+format: $(DEV_STAMP) $(NODE_STAMP)  ## rewrite Python, JS and CSS in the formatters' style (and apply safe lint fixes to JS)
+	$(BIN)/ruff format service tests bench deploy gunicorn.conf.py
+	$(BIOME) check --write .
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
@@ -47,7 +59,7 @@ screenshots: $(DEV_STAMP)  ## refresh the README's screenshots in docs/ (headles
 	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser -k "screenshot or docs_render"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 bench: $(DEV_STAMP)  ## the benchmark suite: the service against the in-process and bare-Flask floors
 	$(BIN)/python -m bench

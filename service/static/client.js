@@ -41,7 +41,11 @@ async function post(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
     });
   } catch (error) {
     if (error.name === "AbortError") throw error;
-    throw new ApiError({ status: 0, title: "Service unreachable", detail: `Could not reach the service at ${url}.` });
+    throw new ApiError({
+      status: 0,
+      title: "Service unreachable",
+      detail: `Could not reach the service at ${url}.`,
+    });
   }
   const type = response.headers.get("Content-Type") || "";
   const answer = type.includes("json") ? await response.json() : null;
@@ -55,10 +59,17 @@ async function post(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
       type: answer.type,
     });
   }
-  throw new ApiError({ status: response.status, title: response.statusText, detail: `The service answered ${response.status}.` });
+  throw new ApiError({
+    status: response.status,
+    title: response.statusText,
+    detail: `The service answered ${response.status}.`,
+  });
 }
 
-/** POST /v1/attention: {query, key, value, mask?, causal?, causal_alignment?, bias?, scale?, empty_rows?, include?, precision?}. */
+/**
+ * POST /v1/attention:
+ * {query, key, value, mask?, causal?, causal_alignment?, bias?, scale?, empty_rows?, include?, precision?}.
+ */
 export function attention(body, options) {
   return post("/v1/attention", body, options);
 }
@@ -68,7 +79,10 @@ export function softmax(body, options) {
   return post("/v1/softmax", body, options);
 }
 
-/** POST /v1/log-likelihood: {logits, targets, shift?, ignore_index?, temperature?, top_logprobs?, precision?}. */
+/**
+ * POST /v1/log-likelihood:
+ * {logits, targets, shift?, ignore_index?, temperature?, top_logprobs?, precision?}.
+ */
 export function logLikelihood(body, options) {
   return post("/v1/log-likelihood", body, options);
 }
