@@ -112,6 +112,16 @@ def static_file(filename: str) -> Response:
     return _send_asset(STATIC_DIR, filename, max_age=STATIC_MAX_AGE)
 
 
+@blp.route("/static/widgets/<filename>", methods=["GET"])
+@blp.doc(
+    summary="The widgets' ES modules, which widgets.js imports: one per widget, base.js and bigram.js.",
+    responses={"200": _content("The module.", "text/javascript"), "304": NOT_MODIFIED},
+)
+def widget_module(filename: str) -> Response:
+    """One module of the widgets (a path of its own, as a contract path parameter holds no slash)."""
+    return _send_asset(STATIC_DIR / "widgets", filename, max_age=STATIC_MAX_AGE)
+
+
 @blp.route("/docs", methods=["GET"])
 @blp.doc(responses={"200": _content("Swagger UI for this contract.", "text/html")})
 def docs() -> Response:

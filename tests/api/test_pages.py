@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import re
 import tomllib
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_static_files_have_their_type_and_are_cached_briefly(
     assert body == (STATIC_DIR / name).read_bytes()
 
 
-@pytest.mark.parametrize("name", ["missing.js", "index.txt"])
+@pytest.mark.parametrize("name", ["missing.js", "index.txt", "widgets/missing.js", "widgets/base.txt"])
 def test_anything_else_under_static_is_a_404_problem(client: FlaskClient, name: str) -> None:
     assert_problem(client.get(f"/static/{name}"), 404)
 
@@ -110,14 +111,42 @@ def test_another_swagger_ui_version_is_a_404_problem(client: FlaskClient) -> Non
     assert_problem(client.get("/docs/swagger-ui/4.0.0/swagger-ui-bundle.js"), 404)
 
 
+def _glob_matches(path: str, pattern: str) -> bool:
+    """setuptools' package-data globs: ``*`` stays within one folder (fnmatch alone would cross ``/``)."""
+    parts, pattern_parts = path.split("/"), pattern.split("/")
+    return len(parts) == len(pattern_parts) and all(map(fnmatch.fnmatch, parts, pattern_parts))
+
+
 def test_every_served_file_is_package_data() -> None:
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
         "service"
     ]
-    served = [*STATIC_DIR.iterdir(), *(ROOT / "service" / "templates").iterdir()]
-    for path in served:
+    served = [*STATIC_DIR.rglob("*"), *(ROOT / "service" / "templates").rglob("*")]
+    files = [path for path in served if path.is_file()]
+    assert STATIC_DIR / "widgets" / "base.js" in files
+    for path in files:
         relative = path.relative_to(ROOT / "service").as_posix()
-        assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
+        assert any(_glob_matches(relative, pattern) for pattern in patterns), relative
+
+
+def test_every_module_the_widgets_import_is_served_as_javascript(client: FlaskClient) -> None:
+    """widgets.js is an entry: the browser fetches each module it imports, from wherever the page is."""
+    seen: set[str] = set()
+    todo = ["widgets.js"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        with client.get(f"/static/{name}", headers={"Origin": "https://teaching.example"}) as response:
+            source = response.get_data(as_text=True)
+        assert response.status_code == 200, name
+        assert response.mimetype == "text/javascript", name
+        assert response.headers["Access-Control-Allow-Origin"] == "*", name
+        for target in re.findall(r'^(?:import|export)\b[^;]*?\bfrom "(\.{1,2}/[^"]+)"', source, re.MULTILINE):
+            todo.append(posixpath.normpath(posixpath.join(posixpath.dirname(name), target)))
+    widgets = {f"widgets/{path.name}" for path in (STATIC_DIR / "widgets").glob("*.js")}
+    assert {"widgets.js", "client.js"} | widgets <= seen
 
 
 def test_html_under_static_carries_the_page_policy(client: FlaskClient) -> None:

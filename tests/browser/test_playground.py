@@ -106,6 +106,84 @@ def test_hiding_a_key_and_setting_the_scale_are_the_services_answers(page: Any, 
     assert matrix(page, "weights") == [[f"{w:.4f}" for w in expected["weights"]]]
 
 
+def active_cell(page: Any) -> dict[str, Any] | None:
+    """The heatmap's focused table cell: its table, position, Tab stop and the readout line's text."""
+    return page.evaluate(
+        """() => {
+            const root = document.querySelector("attention-heatmap").shadowRoot;
+            const cell = root.activeElement;
+            if (!cell || cell.tagName !== "TD") return null;
+            const table = cell.closest("table");
+            return { matrix: table.dataset.matrix, row: Number(cell.dataset.row),
+                     col: Number(cell.dataset.col), text: cell.textContent,
+                     tabStops: table.querySelectorAll("td[tabindex='0']").length,
+                     isTabStop: cell.tabIndex === 0, readout: root.querySelector(".readout").textContent };
+        }"""
+    )
+
+
+def shown(readout: str) -> tuple[str, float]:
+    """'Weight cat → sat: 0.123…' as ('Weight cat → sat', 0.123…): the number exactly as JS printed it."""
+    label, value = readout.rsplit(": ", 1)
+    return label, float(value)
+
+
+def test_keyboard_focus_on_a_heatmap_cell_shows_its_value_as_hover_does(
+    page: Any, base_url: str, watch: Watch
+) -> None:
+    open_playground(page, base_url)
+    answered(page, ATTENTION, lambda: page.get_by_role("button", name="Random, seeded").click())
+    sent = next(
+        json.loads(body) for body in reversed(watch.posts_to("/v1/attention")) if body and "weights" in body
+    )
+    weights = post(base_url, "/v1/attention", {**sent, "include": ["weights"]})["weights"]
+    # Tab from the last key's toggle: each step's table is one Tab stop, the weights are the fourth.
+    page.get_by_label("mat (6)").focus()
+    reached = []
+    for _ in range(4):
+        page.keyboard.press("Tab")
+        reached.append(active_cell(page))
+    assert [(cell or {}).get("matrix") for cell in reached] == ["raw", "scaled", "masked", "weights"]
+    first = reached[-1]
+    assert first is not None
+    assert (first["row"], first["col"]) == (0, 0)
+    assert shown(first["readout"]) == ("Weight the → the", weights[0][0])
+    # Arrow keys move within the table; the Tab stop moves along (one per table).
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowRight")
+    cell = active_cell(page)
+    assert cell is not None
+    assert (cell["matrix"], cell["row"], cell["col"]) == ("weights", 1, 2)
+    assert cell["isTabStop"]
+    assert cell["tabStops"] == 1
+    assert cell["text"] == f"{weights[1][2]:.4f}"
+    assert shown(cell["readout"]) == ("Weight cat → sat", weights[1][2])
+    page.keyboard.press("End")
+    cell = active_cell(page)
+    assert cell is not None
+    assert (cell["row"], cell["col"]) == (1, 5)
+    assert shown(cell["readout"]) == ("Weight cat → mat", weights[1][5])
+    page.keyboard.press("Control+End")
+    page.keyboard.press("ArrowDown")  # already on the last row: stays
+    cell = active_cell(page)
+    assert cell is not None
+    assert (cell["row"], cell["col"]) == (5, 5)
+    # Tab leaves the table for the next one, and Shift+Tab comes back to the same cell.
+    page.keyboard.press("Tab")
+    assert (active_cell(page) or {}).get("matrix") == "output"
+    page.keyboard.press("Shift+Tab")
+    cell = active_cell(page)
+    assert cell is not None
+    assert (cell["matrix"], cell["row"], cell["col"]) == ("weights", 5, 5)
+    # Hover shows the same line for the cell under the pointer (and its title, the browser's tooltip).
+    hovered = page.locator(f"{ATTENTION} table[data-matrix=weights] td[data-row='2'][data-col='0']")
+    hovered.hover()
+    readout = page.locator(f"{ATTENTION} .readout")
+    assert shown(readout.inner_text()) == ("Weight sat → the", weights[2][0])
+    assert shown(hovered.get_attribute("title") or "") == ("sat → the", weights[2][0])
+
+
 def test_api_errors_appear_beside_the_control_that_caused_them(
     page: Any, base_url: str, watch: Watch
 ) -> None:

@@ -1,0 +1,466 @@
+// <attention-heatmap>: masked scaled dot-product attention, step by step: QKᵀ, scaled, masked, the weights
+// (a heatmap) and the output. Every cell's full value shows on hover and on keyboard focus: each table is
+// one Tab stop, and the arrow keys (Home/End, Ctrl+Home/End) move between its cells.
+
+import { attention } from "../client.js";
+import { debounce, formatNumber, h, parseNumbers, ServiceWidget, viridis, words } from "./base.js";
+
+const WORKED_EXAMPLE = {
+  query_tokens: ["q"],
+  key_tokens: ["k₁", "k₂"],
+  query: [[0, 1]],
+  key: [
+    [1, 0],
+    [0, 1],
+  ],
+  value: [
+    [6, 0],
+    [0, 3],
+  ],
+  causal: false,
+  causal_alignment: "lower_right",
+  scale: null,
+  visible: null,
+};
+
+const RANDOM_SENTENCE = ["the", "cat", "sat", "on", "the", "mat"];
+
+// What one cell of each step is, for the line that shows the focused or hovered cell's value.
+const CELL_NAMES = {
+  raw: "Raw dot product",
+  scaled: "Scaled score",
+  masked: "Masked score",
+  weights: "Weight",
+  output: "Output",
+};
+
+const CSS = `
+  .grid { display: flex; flex-wrap: wrap; gap: 16px 22px; align-items: flex-start; }
+  .step td { min-width: 4.2em; border: 1px solid #fff; }
+  .step td:focus-visible { outline-offset: -3px; }
+  td.masked { background: repeating-linear-gradient(45deg, #eee, #eee 4px, #ddd 4px, #ddd 8px); color: #555; }
+  .corner { color: var(--muted); font-weight: 400; }
+  .keys { display: flex; flex-wrap: wrap; gap: 4px 12px; }
+  .keys label { font-weight: 400; }
+  .readout { min-height: 1.45em; margin: 10px 0 0; font-variant-numeric: tabular-nums; }
+  .legend { display: flex; align-items: center; gap: 6px; margin-top: 10px; font-size: 12px;
+            color: var(--muted); }
+  .ramp { width: 160px; height: 10px; border-radius: 3px;
+          background: linear-gradient(90deg, #440154, #3b528b, #21918c, #5ec962, #fde725); }
+  .editors .buttons { align-items: center; }
+`;
+
+function parseRows(text) {
+  return text
+    .split("\n")
+    .map((line) => line.trim())
+    .filter(Boolean)
+    .map(parseNumbers);
+}
+
+function rowsToText(rows) {
+  return rows.map((row) => row.join(" ")).join("\n");
+}
+
+/** A small seeded generator (mulberry32), so "random, seeded" examples are the same every time. */
+function seededRandom(seed) {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** One step as a table; its cells are a grid with one Tab stop (roving tabindex) and arrow-key moves. */
+function matrixTable(name, caption, values, rows, cols, { heat = false } = {}) {
+  const finite = values.flat().filter((v) => v !== null);
+  const lo = heat ? 0 : Math.min(...finite);
+  const hi = heat ? 1 : Math.max(...finite);
+  const cell = (value, i, j) => {
+    const td = h("td", {
+      text: formatNumber(value),
+      title: `${rows[i]} → ${cols[j]}: ${value === null ? "−∞ (hidden)" : value}`,
+      tabindex: i === 0 && j === 0 ? 0 : -1,
+      "data-row": i,
+      "data-col": j,
+    });
+    if (value === null) {
+      td.className = "masked";
+    } else if (name !== "output") {
+      const colour = viridis(hi > lo ? (value - lo) / (hi - lo) : heat ? value : 0.5);
+      td.style.background = colour.background;
+      td.style.color = colour.text;
+    }
+    return td;
+  };
+  const corner = name === "output" ? "query" : "query ╲ key";
+  const table = h(
+    "table",
+    { "data-matrix": name, role: "grid", onkeydown: moveWithKeys },
+    h("caption", { text: caption }),
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        h("th", { scope: "col", class: "corner", text: corner }),
+        ...cols.map((c) => h("th", { scope: "col", text: c })),
+      ),
+    ),
+    h(
+      "tbody",
+      {},
+      ...values.map((row, i) =>
+        h("tr", {}, h("th", { scope: "row", text: rows[i] }), ...row.map((value, j) => cell(value, i, j))),
+      ),
+    ),
+  );
+  return h("div", { class: `step scroll step-${name}` }, table);
+}
+
+/** Arrow keys move one cell, Home/End to the row's ends, Ctrl+Home/End to the table's corners. */
+function moveWithKeys(event) {
+  const cell = event.target.closest("td[data-row]");
+  if (!cell) return;
+  const table = event.currentTarget;
+  const i = Number(cell.dataset.row);
+  const j = Number(cell.dataset.col);
+  const last = table.querySelector("tbody tr:last-child td:last-child");
+  const [lastRow, lastCol] = [Number(last.dataset.row), Number(last.dataset.col)];
+  const moves = {
+    ArrowRight: [i, j + 1],
+    ArrowLeft: [i, j - 1],
+    ArrowDown: [i + 1, j],
+    ArrowUp: [i - 1, j],
+    Home: event.ctrlKey ? [0, 0] : [i, 0],
+    End: event.ctrlKey ? [lastRow, lastCol] : [i, lastCol],
+  };
+  const target = moves[event.key];
+  if (!target) return;
+  event.preventDefault();
+  const row = Math.min(lastRow, Math.max(0, target[0]));
+  const col = Math.min(lastCol, Math.max(0, target[1]));
+  focusCell(table, row, col);
+}
+
+/** Moves the table's one Tab stop to cell (i, j) and focuses it; false when there is no such cell. */
+function focusCell(table, i, j) {
+  const cell = table.querySelector(`td[data-row="${i}"][data-col="${j}"]`);
+  if (!cell) return false;
+  for (const other of table.querySelectorAll("td[tabindex='0']")) other.tabIndex = -1;
+  cell.tabIndex = 0;
+  cell.focus();
+  return true;
+}
+
+/** Masked scaled dot-product attention, step by step, from the service's answers. */
+export class AttentionHeatmap extends ServiceWidget {
+  static tag = "attention-heatmap";
+  static title = "Attention";
+  static css = CSS;
+  static example = WORKED_EXAMPLE;
+  static required = ["query", "key", "value"];
+
+  initialState(data) {
+    const tokens = data.tokens ?? null;
+    return {
+      queryTokens: data.query_tokens ?? tokens ?? data.query.map((_, i) => `q${i + 1}`),
+      keyTokens: data.key_tokens ?? tokens ?? data.key.map((_, i) => `k${i + 1}`),
+      query: data.query,
+      key: data.key,
+      value: data.value,
+      causal: Boolean(data.causal),
+      alignment: data.causal_alignment ?? "lower_right",
+      scale: data.scale ?? null,
+      visible: data.visible ?? null,
+    };
+  }
+
+  controls() {
+    const s = this.state;
+    const controls = [];
+    const causal = h("input", {
+      type: "checkbox",
+      checked: s.causal,
+      onchange: (event) => {
+        this.state.causal = event.target.checked;
+        this.update();
+      },
+    });
+    controls.push(this.control("Causal mask", causal, { field: "causal", inline: true }));
+    if (this.hasControls) {
+      const option = (value, text) => h("option", { value, text, selected: s.alignment === value });
+      const alignment = h(
+        "select",
+        {
+          onchange: (event) => {
+            this.state.alignment = event.target.value;
+            this.update();
+          },
+        },
+        option("lower_right", "lower right (last query sees every key)"),
+        option("upper_left", "upper left (query i sees keys 0…i)"),
+      );
+      controls.push(this.control("Causal alignment", alignment, { field: "causal_alignment" }));
+      const laterScale = debounce(() => this.update(), 300);
+      const scale = h("input", {
+        type: "text",
+        inputmode: "decimal",
+        size: 8,
+        placeholder: "1/√d_k",
+        value: s.scale ?? "",
+        oninput: (event) => {
+          const text = event.target.value.trim();
+          this.state.scale = text === "" ? null : parseNumbers(text)[0];
+          laterScale();
+        },
+      });
+      controls.push(this.control("Scale", scale, { field: "scale", hint: "empty = 1/√d_k" }));
+    }
+    const visibleKeys = h(
+      "fieldset",
+      { class: "keys" },
+      h("legend", { text: "Visible keys" }),
+      ...s.keyTokens.map((token, j) => {
+        const box = h("input", {
+          type: "checkbox",
+          checked: this.isVisible(j),
+          "data-key": j,
+          onchange: (event) => {
+            const visible = s.keyTokens.map((_, k) => this.isVisible(k));
+            visible[j] = event.target.checked;
+            this.state.visible = visible;
+            this.update();
+          },
+        });
+        return this.control(`${token} (${j + 1})`, box, { inline: true });
+      }),
+    );
+    const maskSlot = h("p", { class: "error", role: "alert" });
+    this.errorSlots.set("mask", { slot: maskSlot, control: visibleKeys, label: "Visible keys" });
+    const editors = this.hasControls ? [this.editors()] : [];
+    return [...editors, h("div", { class: "controls" }, ...controls, h("div", {}, visibleKeys, maskSlot))];
+  }
+
+  editors() {
+    const s = this.state;
+    const matrix = (name, label, rows, field) => {
+      const rowCount = Math.max(2, rows.length);
+      const attributes = { rows: rowCount, cols: 16, spellcheck: "false", "data-matrix": name };
+      return this.control(label, h("textarea", { ...attributes, text: rowsToText(rows) }), { field });
+    };
+    const tokens = (which, size) =>
+      h("input", { type: "text", value: s[`${which}Tokens`].join(" "), "data-tokens": which, size });
+    const seed = h("input", { type: "number", value: 7, min: 0, step: 1, style: "width: 6em" });
+    const dim = h("input", { type: "number", value: 4, min: 1, max: 16, step: 1, style: "width: 5em" });
+    const random = () => {
+      const d = Math.min(16, Math.max(1, Number(dim.value) || 4));
+      this.loadExample(this.randomExample(Number(seed.value) || 0, d));
+    };
+    const form = h(
+      "form",
+      {
+        class: "editors",
+        onsubmit: (event) => {
+          event.preventDefault();
+          this.applyEditors(form);
+        },
+      },
+      h(
+        "div",
+        { class: "controls" },
+        this.control("Query tokens (rows)", tokens("query", 24), { hint: "separated by spaces" }),
+        this.control("Key tokens (columns)", tokens("key", 24)),
+      ),
+      h(
+        "div",
+        { class: "controls" },
+        matrix("query", "Queries Q (one row per query)", s.query, "query"),
+        matrix("key", "Keys K (one row per key)", s.key, "key"),
+        matrix("value", "Values V (one row per key)", s.value, "value"),
+      ),
+      h(
+        "div",
+        { class: "controls buttons" },
+        h("button", { type: "submit", text: "Compute" }),
+        h("button", {
+          type: "button",
+          text: "Worked example",
+          onclick: () => this.loadExample(WORKED_EXAMPLE),
+        }),
+        this.control("Seed", seed, { inline: true }),
+        this.control("d", dim, { inline: true }),
+        h("button", { type: "button", text: "Random, seeded", onclick: random }),
+      ),
+    );
+    form.addEventListener(
+      "input",
+      debounce(() => this.applyEditors(form), 400),
+    );
+    return form;
+  }
+
+  applyEditors(form) {
+    const read = (name) => parseRows(form.querySelector(`[data-matrix=${name}]`).value);
+    const s = this.state;
+    s.query = read("query");
+    s.key = read("key");
+    s.value = read("value");
+    const queryTokens = words(form.querySelector("[data-tokens=query]").value);
+    const keyTokens = words(form.querySelector("[data-tokens=key]").value);
+    const keysChanged = keyTokens.length !== s.keyTokens.length || s.key.length !== s.keyTokens.length;
+    s.queryTokens = queryTokens;
+    s.keyTokens = keyTokens;
+    if (keysChanged) {
+      s.visible = null;
+      this.renderKeepingFocus();
+    }
+    this.update();
+  }
+
+  /** A new card (one visibility toggle per key) without losing the editor the user is typing in. */
+  renderKeepingFocus() {
+    const active = this.shadowRoot.activeElement;
+    const { matrix, tokens } = active?.dataset ?? {};
+    const selector = matrix ? `[data-matrix=${matrix}]` : tokens ? `[data-tokens=${tokens}]` : null;
+    const caret = active?.selectionStart;
+    this.render();
+    if (selector) {
+      const again = this.shadowRoot.querySelector(selector);
+      again.focus();
+      if (caret !== undefined) again.setSelectionRange(caret, caret);
+    }
+  }
+
+  randomExample(seed, d) {
+    const random = seededRandom(seed);
+    const entry = () => Math.round((random() * 4 - 2) * 10) / 10;
+    const matrix = (rows) => Array.from({ length: rows }, () => Array.from({ length: d }, entry));
+    const n = RANDOM_SENTENCE.length;
+    return {
+      ...WORKED_EXAMPLE,
+      query_tokens: RANDOM_SENTENCE,
+      key_tokens: RANDOM_SENTENCE,
+      query: matrix(n),
+      key: matrix(n),
+      value: matrix(n),
+      causal: this.state.causal,
+    };
+  }
+
+  loadExample(example) {
+    this.state = {
+      ...this.state,
+      queryTokens: [...example.query_tokens],
+      keyTokens: [...example.key_tokens],
+      query: example.query,
+      key: example.key,
+      value: example.value,
+      scale: null,
+      visible: null,
+    };
+    this.render();
+    this.update();
+  }
+
+  isVisible(j) {
+    return this.state.visible?.[j] ?? true;
+  }
+
+  request() {
+    const s = this.state;
+    const body = { query: s.query, key: s.key, value: s.value };
+    const hidden = s.key.some((_, j) => !this.isVisible(j));
+    const masked = {
+      ...body,
+      causal: s.causal,
+      causal_alignment: s.alignment,
+      empty_rows: "zero",
+      include: ["weights", "scores"],
+    };
+    if (s.scale !== null) masked.scale = s.scale;
+    if (hidden) masked.mask = s.query.map(() => s.key.map((_, j) => this.isVisible(j)));
+    const scaled = { ...body, include: ["scores"] };
+    if (s.scale !== null) scaled.scale = s.scale;
+    // Raw dot products are the service's scores at scale 1 with nothing masked.
+    const raw = { ...body, scale: 1, include: ["scores"] };
+    return async (options) => {
+      const [final, unmasked, dots] = await Promise.all([
+        attention(masked, options),
+        attention(scaled, options),
+        attention(raw, options),
+      ]);
+      return { final, unmasked, dots };
+    };
+  }
+
+  show({ final, unmasked, dots }) {
+    const s = this.state;
+    const label = (tokens, i, prefix) => tokens[i] ?? `${prefix}${i + 1}`;
+    const rows = final.weights.map((_, i) => label(s.queryTokens, i, "q"));
+    const cols = final.weights[0].map((_, j) => label(s.keyTokens, j, "k"));
+    const values = final.output[0].map((_, j) => `v${j + 1}`);
+    const steps = [
+      matrixTable("raw", "1 · Raw dot products Q·Kᵀ", dots.scores, rows, cols),
+      matrixTable(
+        "scaled",
+        `2 · Scaled scores (× ${formatNumber(unmasked.scale)})`,
+        unmasked.scores,
+        rows,
+        cols,
+      ),
+      matrixTable("masked", "3 · Masked scores (hidden = −∞)", final.scores, rows, cols),
+      matrixTable("weights", "4 · Weights = softmax of each row", final.weights, rows, cols, { heat: true }),
+      matrixTable("output", "5 · Output = weights · V", final.output, rows, values),
+    ];
+    const empty = final.empty_rows.map((index) => rows[index[index.length - 1]]);
+    const focused = this.focusedCell();
+    const readout = h("p", { class: "readout", role: "status" });
+    const describe = (event) => {
+      const cell = event.target.closest?.("td[data-row]");
+      if (!cell) return;
+      const kind = CELL_NAMES[cell.closest("table").dataset.matrix];
+      readout.textContent = `${kind} ${cell.title}`;
+    };
+    const intro =
+      `Rows are queries, columns are keys; scale used: ${formatNumber(final.scale)}. Scores are coloured ` +
+      "from their smallest to their largest value, weights from 0 to 1. Hover over a cell, or move to it " +
+      "with Tab and the arrow keys, for its value.";
+    this.output.replaceChildren(
+      h("p", { class: "muted", text: intro }),
+      h("div", { class: "grid", onfocusin: describe, onmouseover: describe }, ...steps),
+      readout,
+      h(
+        "div",
+        { class: "legend", "aria-hidden": "true" },
+        h("span", { text: "weight 0" }),
+        h("span", { class: "ramp" }),
+        h("span", { text: "1" }),
+      ),
+      ...(empty.length
+        ? [
+            h("p", {
+              class: "muted",
+              text: `No visible key for ${empty.join(", ")}: its weights and output are zero.`,
+            }),
+          ]
+        : []),
+    );
+    if (focused) {
+      const table = this.output.querySelector(`table[data-matrix=${focused.matrix}]`);
+      if (table) focusCell(table, focused.row, focused.col);
+    }
+  }
+
+  /** The cell that has keyboard focus, if any, so that a new answer keeps the focus where it was. */
+  focusedCell() {
+    const active = this.shadowRoot.activeElement;
+    if (!active?.matches("td[data-row]")) return null;
+    const matrix = active.closest("table").dataset.matrix;
+    return { matrix, row: Number(active.dataset.row), col: Number(active.dataset.col) };
+  }
+}

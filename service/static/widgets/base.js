@@ -1,0 +1,324 @@
+// What every widget shares: the life cycle, the shadow root, the `api`/`data`/`controls` attributes,
+// requests that supersede each other, and error messages shown beside the control the service blamed.
+// Also the small helpers the widgets draw with (h, viridis, formatNumber, …).
+//
+// The life cycle is the same for every widget, and the base class drives it:
+//
+//   build()   the `data` attribute (or the example) → this.state    on connect; when an attribute changes
+//   render()  this.state → the card: the widget's controls, the output  after build; when the controls change
+//   update()  this.state → a request to the service → show(answer)      after render; when a value changes
+//
+// A widget is a subclass that says what it is (static tag, title, css, example, required) and fills in
+// four hooks: initialState(data), controls(), request() and show(answer). docs/design.md has an example.
+
+import { ApiError, DEFAULT_BASE_URL } from "../client.js";
+
+/** Viridis (perceptually uniform, colour-blind safe) at t in [0, 1]: a polynomial fit of matplotlib's. */
+export function viridis(t) {
+  const x = Math.min(1, Math.max(0, t));
+  const c0 = [0.2777273272234177, 0.005407344544966578, 0.3340998053353061];
+  const c1 = [0.1050930431085774, 1.404613529898575, 1.384590162594685];
+  const c2 = [-0.3308618287255563, 0.214847559468213, 0.09509516302823659];
+  const c3 = [-4.634230498983486, -5.799100973351585, -19.33244095627987];
+  const c4 = [6.228269936347081, 14.17993336680509, 56.69055260068105];
+  const c5 = [4.776384997670288, -13.74514537774601, -65.35303263337234];
+  const c6 = [-5.435455855934631, 4.645852612178535, 26.3124352495832];
+  const rgb = [0, 1, 2].map((i) => {
+    const v = c0[i] + x * (c1[i] + x * (c2[i] + x * (c3[i] + x * (c4[i] + x * (c5[i] + x * c6[i])))));
+    return Math.round(255 * Math.min(1, Math.max(0, v)));
+  });
+  return { background: `rgb(${rgb.join(", ")})`, text: x > 0.55 ? "#111" : "#fff" };
+}
+
+/** A number as shown: fixed digits, "−∞" for null (minus infinity by definition), no "-0.0000". */
+export function formatNumber(value, digits = 4) {
+  if (value === null || value === undefined) return "−∞";
+  const text = value.toFixed(digits);
+  return /^-0\.?0*$/.test(text) ? text.slice(1) : text.replace("-", "−");
+}
+
+/** An element: `text` sets its text, `on…` adds a listener, `true` is an empty attribute, false none. */
+export function h(tag, attributes = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attributes)) {
+    if (value === false || value === null || value === undefined) continue;
+    if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : value);
+  }
+  node.append(...children.flat().filter((child) => child !== null && child !== undefined));
+  return node;
+}
+
+export function debounce(fn, ms) {
+  let timer;
+  return (...args) => {
+    clearTimeout(timer);
+    timer = setTimeout(() => fn(...args), ms);
+  };
+}
+
+/** Numbers from "1 2, 3" text; what is not a number is kept as text so the service names the problem. */
+export function parseNumbers(text) {
+  return text
+    .trim()
+    .split(/[\s,;]+/)
+    .filter(Boolean)
+    .map((word) => (/^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i.test(word) ? Number(word) : word));
+}
+
+export function words(text) {
+  return text.trim().split(/\s+/).filter(Boolean);
+}
+
+const BASE_CSS = `
+  :host { display: block; color: #1b1b1f;
+          font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+          --accent: #3b4cc0; --error: #a1001b; --muted: #5f6368; --line: #d8d8de; }
+  :host([hidden]) { display: none; }
+  * { box-sizing: border-box; }
+  .card { border: 1px solid var(--line); border-radius: 10px; padding: 14px; background: #fff; }
+  .controls { display: flex; flex-wrap: wrap; gap: 10px 18px; align-items: flex-start; margin-bottom: 12px; }
+  .control { display: flex; flex-direction: column; gap: 3px; min-width: 0; max-width: 100%; }
+  .control.inline { flex-direction: row; align-items: center; gap: 6px; }
+  label, legend { font-weight: 600; font-size: 13px; }
+  fieldset { border: 1px solid var(--line); border-radius: 8px; padding: 6px 10px; margin: 0; }
+  input, select, textarea, button { font: inherit; font-size: 14px; }
+  input[type=text], input[type=number], textarea, select {
+    border: 1px solid #9aa0a6; border-radius: 6px; padding: 4px 6px; background: #fff; color: inherit;
+    max-width: 100%; }
+  textarea { font-family: ui-monospace, "DejaVu Sans Mono", monospace; resize: vertical; }
+  input[type=range] { width: min(320px, 70vw); accent-color: var(--accent); }
+  button { border: 1px solid var(--accent); color: var(--accent); background: #fff; border-radius: 6px;
+           padding: 4px 10px; cursor: pointer; }
+  button:hover { background: #eef0fb; }
+  :focus-visible { outline: 3px solid #f0a500; outline-offset: 2px; }
+  [aria-invalid=true] { border-color: var(--error); }
+  .error { color: var(--error); font-size: 13px; margin: 2px 0 0; max-width: 42em; }
+  .error:empty { display: none; }
+  .error::before { content: "⚠ "; }
+  .muted { color: var(--muted); font-size: 13px; }
+  .stale { opacity: 0.45; }
+  .scroll { overflow-x: auto; max-width: 100%; }
+  table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+  caption { text-align: left; font-weight: 600; padding-bottom: 4px; white-space: nowrap; }
+  th { font-weight: 600; font-size: 13px; padding: 2px 6px; color: #333; }
+  td { padding: 4px 6px; text-align: right; font-family: ui-monospace, "DejaVu Sans Mono", monospace;
+       font-size: 13px; }
+`;
+
+/** The base of every widget: see the life cycle at the top of this file. */
+export class ServiceWidget extends HTMLElement {
+  static observedAttributes = ["api", "data", "controls"];
+  /** The element's name, e.g. "attention-heatmap" (defineWidget registers it). */
+  static tag = "";
+  /** The card's accessible name. */
+  static title = "";
+  /** The widget's own styles, added to the shared ones. */
+  static css = "";
+  /** What the widget shows without a `data` attribute. */
+  static example = {};
+  /** The `data` fields without which the example is shown instead (with a message saying why). */
+  static required = [];
+
+  constructor() {
+    super();
+    this.attachShadow({ mode: "open" });
+    this.errorSlots = new Map(); // request field -> { slot, control, label }
+    this.pending = null; // the AbortController of the round of requests in flight
+    this.generation = 0; // rounds started; only the newest one's answer is shown
+    this.controlCount = 0; // ids of controls; ids are scoped to this shadow root
+    this.state = null; // null until the first build
+  }
+
+  get apiBase() {
+    return this.getAttribute("api") || DEFAULT_BASE_URL;
+  }
+
+  get hasControls() {
+    return this.hasAttribute("controls");
+  }
+
+  connectedCallback() {
+    if (this.state === null) this.build();
+    this.update();
+  }
+
+  attributeChangedCallback() {
+    if (this.state === null) return; // the first connect builds with every attribute already set
+    this.build();
+    this.update();
+  }
+
+  // --------------------------------------------------------------------------------------- life cycle
+
+  /** The `data` attribute (or the example) becomes this.state; then the card is drawn anew. */
+  build() {
+    this.state = this.initialState(this.readData());
+    this.render();
+  }
+
+  /** The card from this.state: the widget's controls, an empty output and the general error line. */
+  render() {
+    this.errorSlots.clear();
+    // The output outlives a new card: what it shows stays, faded, until the next answer replaces it.
+    this.output ??= h("div", { class: "output", "aria-live": "polite" });
+    if (this.output.childElementCount) this.output.classList.add("stale");
+    this.generalError = h("p", { class: "error general", role: "alert" });
+    if (this.dataError) this.generalError.textContent = this.dataError;
+    const { title, css } = this.constructor;
+    this.shadowRoot.replaceChildren(
+      h("style", { text: BASE_CSS + css }),
+      h(
+        "section",
+        { class: "card", "aria-label": title },
+        ...this.controls(),
+        this.output,
+        this.generalError,
+      ),
+    );
+  }
+
+  /**
+   * Asks the service what the state needs and shows the answer. A newer update aborts an older one still
+   * in flight, and only the newest answer is shown; `request()` may instead return a sentence saying why
+   * there is nothing to ask, which is shown in place of an answer.
+   */
+  update() {
+    const ask = this.request();
+    this.pending?.abort();
+    const generation = ++this.generation;
+    if (typeof ask === "string") {
+      this.output.replaceChildren();
+      this.output.classList.remove("stale");
+      this.clearErrors();
+      this.generalError.textContent = ask;
+      this.settle();
+      return;
+    }
+    const controller = new AbortController();
+    this.pending = controller;
+    this.setAttribute("aria-busy", "true");
+    ask({ baseUrl: this.apiBase, signal: controller.signal }).then(
+      (answer) => {
+        if (generation !== this.generation) return;
+        this.clearErrors();
+        this.output.classList.remove("stale");
+        this.show(answer);
+        this.settle();
+        this.dispatchEvent(new CustomEvent("answer", { detail: answer }));
+      },
+      (error) => {
+        if (error.name === "AbortError" || generation !== this.generation) return;
+        this.output.classList.add("stale");
+        this.showError(error);
+        this.settle();
+      },
+    );
+  }
+
+  /** No request in flight: the widget shows what it will show until the next update. */
+  settle() {
+    this.pending = null;
+    this.removeAttribute("aria-busy");
+    this.setAttribute("data-state", "ready");
+  }
+
+  // ------------------------------------------------------------------------------ hooks of a widget
+
+  /** this.state from the data (given, or the example): each widget supplies a fallback per optional field. */
+  initialState(data) {
+    return data;
+  }
+
+  /** The nodes above the output: editors, sliders, toggles (built with this.control for their errors). */
+  controls() {
+    return [];
+  }
+
+  /** `(options) => Promise<answer>` for the state (options: { baseUrl, signal }), or why nothing is asked. */
+  request() {
+    throw new Error(`${this.constructor.name} has no request()`);
+  }
+
+  /** Draws the answer into this.output. */
+  show(_answer) {
+    throw new Error(`${this.constructor.name} has no show()`);
+  }
+
+  // ------------------------------------------------------------------------------ helpers for widgets
+
+  /**
+   * The widget's data: the `data` attribute as given, or the example when there is none. Given data is not
+   * mixed with the example (the example's token labels would otherwise label the caller's numbers). Data
+   * missing a required field, or not JSON, is reported and the example shown instead.
+   */
+  readData() {
+    const { example, required } = this.constructor;
+    this.dataError = null;
+    const raw = this.getAttribute("data");
+    if (!raw) return structuredClone(example);
+    let data;
+    try {
+      data = JSON.parse(raw);
+    } catch {
+      this.dataError = `The data attribute is not valid JSON: ${raw.slice(0, 60)}…`;
+      return structuredClone(example);
+    }
+    const missing = required.filter((name) => data?.[name] === undefined);
+    if (data === null || typeof data !== "object" || missing.length) {
+      const names = missing.join(", ") || "all";
+      this.dataError = `The data attribute needs ${required.join(", ")} (missing: ${names}).`;
+      return structuredClone(example);
+    }
+    return data;
+  }
+
+  /** A labelled control with its error slot; `field` is the request field the service would blame. */
+  control(labelText, input, { field = null, inline = false, hint = null } = {}) {
+    const id = `control-${++this.controlCount}`;
+    input.id = id;
+    const slot = h("p", { class: "error", id: `${id}-error`, role: "alert" });
+    input.setAttribute("aria-describedby", `${id}-error`);
+    if (field) this.errorSlots.set(field, { slot, control: input, label: labelText });
+    const label = h("label", { for: id, text: labelText });
+    const parts = inline && input.type === "checkbox" ? [input, label] : [label, input];
+    const note = hint && h("span", { class: "muted", text: hint });
+    return h("div", { class: `control${inline ? " inline" : ""}` }, ...parts, note, slot);
+  }
+
+  clearErrors() {
+    for (const { slot, control } of this.errorSlots.values()) {
+      slot.textContent = "";
+      control.removeAttribute("aria-invalid");
+    }
+    this.generalError.textContent = "";
+  }
+
+  /** Puts each message beside the control of its field, in words ("Keys (K): …"); the rest goes below. */
+  showError(error) {
+    this.clearErrors();
+    const fields = error instanceof ApiError ? Object.entries(error.fields) : [];
+    const unplaced = [];
+    for (const [field, messages] of fields) {
+      const target = this.errorSlots.get(field) ?? this.errorSlots.get(field.split(".")[0]);
+      if (target) {
+        target.slot.textContent = `${target.label}: ${messages.join(" ")}`;
+        target.control.setAttribute("aria-invalid", "true");
+      } else {
+        unplaced.push(`${field}: ${messages.join(" ")}`);
+      }
+    }
+    if (!fields.length) {
+      const reason = error.status === 413 ? "The example is too large for the service. " : "";
+      this.generalError.textContent = reason + error.message;
+    } else if (unplaced.length) {
+      this.generalError.textContent = unplaced.join(" ");
+    }
+  }
+}
+
+/** Registers a widget class under its tag, unless a widget of that name is already defined. */
+export function defineWidget(widget) {
+  if (!customElements.get(widget.tag)) customElements.define(widget.tag, widget);
+}

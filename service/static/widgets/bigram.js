@@ -1,0 +1,25 @@
+// A bigram model with add-α smoothing, learned in the page from a short text: the one computation the
+// widgets do themselves (the service then scores a text with the logits it gives).
+
+// The built-in text the bigram model learns from: short, plain sentences with repeated patterns.
+export const CORPUS = `the cat sat on the mat . the dog sat on the rug .
+the cat saw the dog . the dog saw the cat .
+a cat sat on a mat . the bird sat on the roof . the cat ate the fish . the dog ate the bone .
+the bird saw the cat on the roof . the cat sat on the sofa . the dog slept on the rug .
+the sun is warm . the cat is warm on the mat . the dog is happy . the bird is small .`;
+
+/** Lower-case words, numbers and punctuation marks, in order. */
+export function tokenize(text) {
+  return text.toLowerCase().match(/[a-z0-9']+|[.,!?;:]/g) ?? [];
+}
+
+/** A bigram model's logits with add-α smoothing: row t holds log(count(token t → v) + α) for each v. */
+export function bigramLogits(corpus, tokens, smoothing = 0.1) {
+  const training = tokenize(corpus);
+  const vocabulary = [...new Set([...training, ...tokens])];
+  const index = new Map(vocabulary.map((word, i) => [word, i]));
+  const counts = vocabulary.map(() => new Array(vocabulary.length).fill(0));
+  for (let t = 1; t < training.length; t++) counts[index.get(training[t - 1])][index.get(training[t])] += 1;
+  const logits = tokens.map((word) => counts[index.get(word)].map((count) => Math.log(count + smoothing)));
+  return { vocabulary, logits, targets: tokens.map((word) => index.get(word)) };
+}
