@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.deploy.gunicorn_server import GunicornServer
+from deploy.launch import Server, start
 
 pytestmark = pytest.mark.gunicorn
 
@@ -23,16 +23,16 @@ FLOOD = 500  # requests per flood round
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GunicornServer]:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     metrics_dir = tmp_path_factory.mktemp("hostile-metrics")
-    running = GunicornServer(
-        {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "MAX_BODY_BYTES": str(BODY_LIMIT)}, workers=2
+    running = start(
+        env={"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "MAX_BODY_BYTES": str(BODY_LIMIT)}, workers=2
     )
     yield running
     assert running.terminate() == 0, running.log()
 
 
-def exchange(server: GunicornServer, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+def exchange(server: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:
     """Send ``raw`` on a fresh connection and read the answer to the end (the sync worker closes it)."""
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(raw)
@@ -47,7 +47,7 @@ def exchange(server: GunicornServer, raw: bytes) -> tuple[int, dict[str, str], b
     return int(status_line.split()[1]), headers, body
 
 
-def _series(server: GunicornServer) -> list[dict[str, str]]:
+def _series(server: Server) -> list[dict[str, str]]:
     text = httpx.get(server.url("/metrics"), timeout=30).text
     return [
         sample.labels
@@ -57,11 +57,11 @@ def _series(server: GunicornServer) -> list[dict[str, str]]:
     ]
 
 
-def _access_lines(server: GunicornServer) -> list[dict[str, object]]:
+def _access_lines(server: Server) -> list[dict[str, object]]:
     return [json.loads(line) for line in list(server.stdout) if line.startswith("{")]
 
 
-def test_a_flood_of_made_up_methods_and_paths_adds_no_series(server: GunicornServer) -> None:
+def test_a_flood_of_made_up_methods_and_paths_adds_no_series(server: Server) -> None:
     _series(server)
     _series(server)  # both workers may have served a scrape by now
     counts = []
@@ -80,7 +80,7 @@ def test_a_flood_of_made_up_methods_and_paths_adds_no_series(server: GunicornSer
     assert {labels.get("method") for labels in series} <= {"GET", "HEAD", "POST", "OPTIONS", "other", None}
 
 
-def test_content_length_beyond_64_bits_still_gets_its_log_line(server: GunicornServer) -> None:
+def test_content_length_beyond_64_bits_still_gets_its_log_line(server: Server) -> None:
     raw = (
         b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"X-Request-ID: huge-claim\r\nContent-Length: 18446744073709551616\r\n\r\n{}"
@@ -113,7 +113,7 @@ CHUNKED_HEAD = (
 )
 
 
-def test_chunked_body_of_exactly_the_limit_is_accepted_like_a_content_length(server: GunicornServer) -> None:
+def test_chunked_body_of_exactly_the_limit_is_accepted_like_a_content_length(server: Server) -> None:
     body = _softmax_body(BODY_LIMIT)
     with_length = (
         b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -139,7 +139,7 @@ def test_chunked_body_of_exactly_the_limit_is_accepted_like_a_content_length(ser
     [b"zz\r\n{}\r\n0\r\n\r\n", b"2\r\n{}XX0\r\n\r\n", b"-2\r\n{}\r\n0\r\n\r\n"],
     ids=["size-not-hex", "missing-terminator", "negative-size"],
 )
-def test_malformed_chunked_body_is_a_400_not_a_500(server: GunicornServer, chunks: bytes) -> None:
+def test_malformed_chunked_body_is_a_400_not_a_500(server: Server, chunks: bytes) -> None:
     status, headers, body = exchange(server, CHUNKED_HEAD % b"bad-chunks" + chunks)
     assert status == 400, body
     assert headers["content-type"] == "application/problem+json"
@@ -150,8 +150,8 @@ def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_director
     tmp_path: Path,
 ) -> None:
     metrics_dir = tmp_path / "metrics"
-    recycling = GunicornServer(
-        {
+    recycling = start(
+        env={
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             "GUNICORN_MAX_REQUESTS": "8",
             "GUNICORN_MAX_REQUESTS_JITTER": "0",
