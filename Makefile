@@ -70,7 +70,7 @@ bench-smoke: $(DEV_STAMP)  ## every benchmark, a few repetitions each (CI; no ti
 bench-tune: $(DEV_STAMP)  ## compare gunicorn settings (workers, threads, BLAS threads) on tiny and 512 requests
 	$(BIN)/python -m bench.tune
 
-# --- deployment (README "Deploy") ---
+# --- deployment (docs/operations.md) ---
 SOAK_SECONDS ?= 60
 
 soak: $(DEV_STAMP)  ## 64 keep-alive connections against gunicorn for SOAK_SECONDS; fails on 5xx, drops, leaks

@@ -39,7 +39,7 @@ def _available_cpus() -> int:
 workers = int(os.environ.get("WEB_CONCURRENCY", _available_cpus()))
 # One thread per worker (gunicorn's sync worker). More threads select the gthread worker, which keeps
 # connections alive, but under the 64-connection soak it served half the requests at 5x the p99 and
-# dropped a kept-alive connection; throughput in `make bench-tune` was the same. See the README.
+# dropped a kept-alive connection; throughput in `make bench-tune` was the same. See docs/performance.md.
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")  # "sync" with threads > 1 means gthread
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))

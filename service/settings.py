@@ -1,4 +1,4 @@
-"""Settings read once from the environment, with documented defaults (the README's configuration table)."""
+"""Settings read once from the environment; the defaults here are the ones docs/operations.md states."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ With ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn.conf.py sets and empties it at s
 writes its samples to files there and ``/metrics`` adds them up across workers; without it (tests,
 ``flask run``) the metrics live in this process's default registry.
 
-Every label takes its value from a finite set, whatever the client sends (the README lists them):
+Every label takes its value from a finite set, whatever the client sends (docs/operations.md lists them):
 ``endpoint`` is the matched route template or ``<unmatched>``, ``method`` one of the methods the service
 routes or ``other``, ``status`` a registered HTTP status code or ``other``. A client cannot create series.
 

@@ -1,0 +1,158 @@
+"""The docs against what they describe: the defaults in docs/operations.md are the ones the code uses.
+
+`service/settings.py` and `gunicorn.conf.py` are the sources of every default; the configuration table in
+docs/operations.md is the one place that states them, and docker-compose.yml repeats them as
+`${NAME:-default}`. Rather than a second copy of each default here, every check asks the code itself: setting
+a variable to its documented default must change nothing, for `Settings.from_env` and for a fresh run of
+gunicorn.conf.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+OPERATIONS = ROOT / "docs" / "operations.md"
+GUNICORN_CONF = ROOT / "gunicorn.conf.py"
+# Defaults that are worked out when the server starts, so the table says how rather than what.
+COMPUTED = {
+    "WEB_CONCURRENCY": "cores available",
+    "PROMETHEUS_MULTIPROC_DIR": "a fresh temporary directory",
+}
+# Set from BLAS_THREADS by gunicorn.conf.py, so a run starts without them for BLAS_THREADS to count.
+BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def documented_defaults() -> dict[str, str | None]:
+    """docs/operations.md's configuration table: variable -> its default as written (None when computed).
+
+    A default in backticks is taken literally; "(none…)" is the empty value; anything else must be one of
+    COMPUTED.
+    """
+    text = OPERATIONS.read_text(encoding="utf-8")
+    table = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    defaults: dict[str, str | None] = {}
+    for name, cell in re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]*) \|", table, re.MULTILINE):
+        literal = re.fullmatch(r"`([^`]*)`(?: \(.*\))?", cell.strip())
+        if literal:
+            defaults[name] = literal.group(1)
+        elif cell.strip().startswith("(none"):
+            defaults[name] = ""
+        else:
+            assert cell.strip().startswith(COMPUTED.get(name, "\0")), (
+                f"{name}: default {cell!r} is not a value"
+            )
+            defaults[name] = None
+    assert len(defaults) >= 20, f"the configuration table was not found in {OPERATIONS}"
+    return defaults
+
+
+def gunicorn_conf_variables() -> set[str]:
+    source = GUNICORN_CONF.read_text(encoding="utf-8")
+    return set(re.findall(r"os\.environ\.get\(\s*[\"']([A-Z0-9_]+)[\"']", source))
+
+
+# Runs gunicorn.conf.py once with none of the documented variables set, then once per variable set to its
+# documented default, in a fresh interpreter (the file changes os.environ and patches gunicorn), and prints
+# which runs ended with different settings or environment.
+_PROBE = """
+import json, os, runpy, sys
+documented = json.loads(sys.argv[1])
+base = {k: v for k, v in os.environ.items() if k not in documented and k not in sys.argv[2].split(",")}
+
+def run(extra):
+    os.environ.clear()
+    os.environ.update(base, **extra)
+    names = runpy.run_path(sys.argv[3])
+    names["on_exit"](None)  # removes the metrics directory the run made
+    plain = (int, float, str, bool, type(None))
+    settings = {k: v for k, v in names.items() if not k.startswith("_") and isinstance(v, plain)}
+    environ = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    return {"settings": settings, "environ": environ}
+
+default = run({})
+print(json.dumps({name: run({name: value}) for name, value in documented.items()}
+                 | {"<none set>": default}))
+"""
+
+
+def test_every_setting_and_every_gunicorn_variable_is_in_the_table_and_nothing_else() -> None:
+    documented = set(documented_defaults())
+    settings = {setting.name.upper() for setting in fields(Settings)}
+    gunicorn = gunicorn_conf_variables()
+    assert settings - documented == set(), "Settings fields missing from docs/operations.md"
+    assert gunicorn - documented == set(), "gunicorn.conf.py variables missing from docs/operations.md"
+    assert documented - settings - gunicorn == set(), "documented variables nothing reads"
+
+
+@pytest.mark.parametrize("setting", [setting.name.upper() for setting in fields(Settings)])
+def test_documented_default_is_what_settings_uses(setting: str) -> None:
+    documented = documented_defaults()[setting]
+    assert documented is not None, f"{setting}: Settings has a fixed default, the table must state it"
+    assert Settings.from_env({setting: documented}) == Settings.from_env({}), (
+        f"{setting}={documented!r} (docs/operations.md) is not the default of Settings"
+    )
+
+
+def test_documented_defaults_are_what_gunicorn_conf_uses() -> None:
+    literal = {
+        name: value
+        for name, value in documented_defaults().items()
+        if name in gunicorn_conf_variables() and value is not None
+    }
+    assert {"HOST", "PORT", "GUNICORN_TIMEOUT", "BLAS_THREADS"} <= set(literal)
+    probe = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(literal), ",".join(BLAS_VARIABLES), str(GUNICORN_CONF)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"},
+    )
+    runs = json.loads(probe.stdout.splitlines()[-1])
+    unset = runs.pop("<none set>")
+    assert unset["settings"]["timeout"] == int(literal["GUNICORN_TIMEOUT"])  # the probe reads real settings
+    for name, run in runs.items():
+        run["environ"].pop(name)
+        assert run == unset, (
+            f"{name}={literal[name]!r} (docs/operations.md) is not gunicorn.conf.py's default"
+        )
+
+
+def test_compose_defaults_are_the_documented_ones() -> None:
+    documented = documented_defaults()
+    compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
+    environment = re.findall(r"^\s+([A-Z0-9_]+): \$\{\1:-([^}]*)\}", compose, re.MULTILINE)
+    assert len(environment) >= 15
+    for name, default in environment:
+        assert name in documented, f"docker-compose.yml sets {name}, which docs/operations.md does not list"
+        if documented[name] is not None:
+            assert default == documented[name], f"docker-compose.yml: {name} defaults to {default!r}"
+
+
+def test_the_readme_stays_short_and_links_the_docs() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.encode()) < 15_000
+    for page in ("docs/operations.md", "docs/performance.md", "docs/design.md"):
+        assert f"]({page}" in readme
+        assert (ROOT / page).is_file()
+
+
+def test_relative_links_in_the_docs_lead_somewhere() -> None:
+    for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\((?!https?:|#|mailto:)([^)#\s]+)(?:#[^)]*)?\)", text):
+            assert (page.parent / target).exists(), (
+                f"{page.relative_to(ROOT)} links to {target}, which is missing"
+            )
