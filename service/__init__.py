@@ -30,6 +30,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         app.config.update(config)
 
     from service.api import attention, likelihood, meta, pages, softmax
+    from service.api.v2 import blp as v2_blueprint
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
     install_request_clock(app)
@@ -48,5 +49,6 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     api.register_blueprint(likelihood.blp)
     api.register_blueprint(meta.blp)
     api.register_blueprint(pages.blp)
+    api.register_blueprint(v2_blueprint)
     enable_cors(app)
     return app

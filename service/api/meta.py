@@ -53,10 +53,15 @@ def healthz() -> dict[str, str]:
 @blp.alt_response(503, "SERVICE_UNAVAILABLE")
 def readyz() -> dict[str, str]:
     """Readiness: a tiny attention computation succeeds and is right (send traffic when this passes)."""
+    self_check()
+    return {"status": "ok"}
+
+
+def self_check() -> None:
+    """Raise a 503 problem unless a tiny attention computation succeeds and is right."""
     result = attention(_READY_QUERY, _READY_KEYS, _READY_VALUES, return_weights=True)
     if result.weights is None or not np.allclose(result.weights, _READY_WEIGHTS, rtol=1e-12, atol=0.0):
         raise Problem(503, "The self-check computation gave a wrong answer.", slug="not-ready")
-    return {"status": "ok"}
 
 
 @blp.route("/metrics", methods=["GET"])

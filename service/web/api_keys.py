@@ -1,4 +1,4 @@
-"""Optional API keys: when ``API_KEYS``/``API_KEYS_FILE`` is set, ``/v1/*`` needs a bearer key.
+"""Optional API keys: when ``API_KEYS``/``API_KEYS_FILE`` is set, ``/v1/*`` and /v2 infer need a bearer key.
 
 Probes, ``/metrics``, the contract and the index stay open, and CORS preflights (which browsers send
 without credentials) are never refused, or no widget could ever make the real call.
@@ -18,8 +18,8 @@ SECURITY_SCHEME = {
     "type": "http",
     "scheme": "bearer",
     "description": (
-        "An API key, sent as `Authorization: Bearer <key>`. Required on /v1/* only when the operator "
-        "configures keys (API_KEYS or API_KEYS_FILE); otherwise the API is open."
+        "An API key, sent as `Authorization: Bearer <key>`. Required on /v1/* and /v2/models/*/infer only "
+        "when the operator configures keys (API_KEYS or API_KEYS_FILE); otherwise the API is open."
     ),
 }
 # Either no credentials (keys not configured) or a bearer key: the contract holds for both set-ups.
@@ -36,6 +36,11 @@ def key_is_valid(token: str, keys: list[str]) -> bool:
     return matched
 
 
+def is_protected(path: str) -> bool:
+    """/v1/* and the /v2 infer operations: the computations (health and metadata stay open)."""
+    return path.startswith(PROTECTED_PREFIX) or (path.startswith("/v2/") and path.endswith("/infer"))
+
+
 def _bearer_token(header: str | None) -> str | None:
     if not header:
         return None
@@ -44,14 +49,14 @@ def _bearer_token(header: str | None) -> str | None:
 
 
 def install_api_keys(app: Flask) -> None:
-    """Refuse ``/v1/*`` requests without a valid key (401 problem+json) when keys are configured."""
+    """Refuse computations without a valid key (401 problem+json) when keys are configured."""
     keys: list[str] = list(app.config.get("API_KEYS") or [])
     if not keys:
         return
 
     @app.before_request
     def _require_key() -> None:
-        if request.method == "OPTIONS" or not request.path.startswith(PROTECTED_PREFIX):
+        if request.method == "OPTIONS" or not is_protected(request.path):
             return
         token = _bearer_token(request.headers.get("Authorization"))
         if token is None:

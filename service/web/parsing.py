@@ -13,6 +13,18 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from service.web.body import body_ends_here
 
 
+def read_body(req: flask.Request) -> bytes:
+    """The whole request body, refused with 413 past ``MAX_BODY_BYTES`` (``MAX_CONTENT_LENGTH``)."""
+    data = req.get_data(cache=True)
+    limit = req.max_content_length
+    if req.content_length is None and limit is not None and len(data) >= limit and not body_ends_here():
+        # A chunked body has no Content-Length to refuse up front, and werkzeug stops reading it at
+        # the limit: one more byte means it was cut short, so refuse it rather than parse it. A body of
+        # exactly the limit is accepted, as it is with a Content-Length.
+        raise RequestEntityTooLarge()
+    return data
+
+
 class OrjsonParser(FlaskParser):
     """Parse JSON bodies with orjson (several times faster than the standard library's ``json``).
 
@@ -23,13 +35,7 @@ class OrjsonParser(FlaskParser):
 
     def _raw_load_json(self, req: flask.Request) -> Any:
         # A body that is not JSON never gets here: the Blueprint answers it with 415 first.
-        data = req.get_data(cache=True)
-        limit = req.max_content_length
-        if req.content_length is None and limit is not None and len(data) >= limit and not body_ends_here():
-            # A chunked body has no Content-Length to refuse up front, and werkzeug stops reading it at
-            # the limit: one more byte means it was cut short, so refuse it rather than parse it. A body of
-            # exactly the limit is accepted, as it is with a Content-Length.
-            raise RequestEntityTooLarge()
+        data = read_body(req)
         if not data.strip():
             abort(400, messages={"json": ["The request body is empty: send a JSON object."]})
         try:

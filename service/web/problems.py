@@ -9,7 +9,7 @@ from http import HTTPStatus
 from typing import Any
 
 import marshmallow as ma
-from flask import Flask, Response, current_app
+from flask import Flask, Response, current_app, has_request_context, request
 from werkzeug.exceptions import HTTPException
 
 from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
@@ -63,6 +63,12 @@ class ProblemSchema(ma.Schema):
             "description": "The request's id, as in the X-Request-ID response header: quote it in reports."
         }
     )
+    error = ma.fields.String(
+        metadata={
+            "description": "The same text as detail, under /v2 only: the Open Inference Protocol's "
+            "error member."
+        }
+    )
 
 
 def problem_response(problem: Problem) -> Response:
@@ -79,6 +85,9 @@ def problem_response(problem: Problem) -> Response:
     request_id = current_request_id()
     if request_id is not None:
         body["request_id"] = request_id
+    if has_request_context() and (request.path == "/v2" or request.path.startswith("/v2/")):
+        # The Open Inference Protocol's clients read {"error": "<message>"}; the other members stay.
+        body["error"] = problem.detail
     try:
         payload = dumps_bytes(body)
     except TypeError:  # a client's field name with a lone surrogate, echoed back: escape it
@@ -86,6 +95,12 @@ def problem_response(problem: Problem) -> Response:
     response = Response(payload, status=problem.status, mimetype=PROBLEM_MIMETYPE)
     response.headers.update(problem.headers)
     return response
+
+
+def problem_from_validation_messages(messages: Any, schema: ma.Schema | None) -> Problem:
+    """A 422 from marshmallow's messages for ``schema``: each field's first messages, with hints."""
+    errors = _field_errors(messages, schema)
+    return Problem(422, _summarize(errors), slug="validation-error", title="Invalid request", errors=errors)
 
 
 def problem_from_http_exception(error: HTTPException) -> Problem:
@@ -96,10 +111,7 @@ def problem_from_http_exception(error: HTTPException) -> Problem:
     headers.update({k: v for k, v in error.get_headers() if k.lower() == "allow"})  # 405 must say what is
     messages = data.get("messages")
     if status == 422 and isinstance(messages, Mapping):
-        errors = _field_errors(messages.get("json", messages), data.get("schema"))
-        return Problem(
-            422, _summarize(errors), slug="validation-error", title="Invalid request", errors=errors
-        )
+        return problem_from_validation_messages(messages.get("json", messages), data.get("schema"))
     if status == 400 and isinstance(messages, Mapping):
         detail = " ".join(str(m) for m in messages.get("json", []))
         return Problem(

@@ -1,0 +1,7 @@
+"""/v2: the Open Inference Protocol codec (tensors ⇄ arrays, parameters ⇄ options, binary framing)."""
+
+from __future__ import annotations
+
+from service.api.v2.views import blp
+
+__all__ = ["blp"]

@@ -1,0 +1,199 @@
+"""The three models of /v2, named like the /v1 endpoints: their tensors, parameters and outputs.
+
+Each model maps the protocol's pieces onto the same typed request /v1 builds: input tensors become its
+arrays, request parameters its options (read by the /v1 schema's own fields, so names, types, defaults
+and messages are the same), and the requested outputs its ``include``. Outputs are named like the /v1
+response fields; per-row scalars are tensors of the batch shape.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, get_args
+
+import numpy as np
+from marshmallow import Schema
+
+from service.api.schemas.attention import AttentionRequestSchema
+from service.api.schemas.likelihood import LikelihoodRequestSchema
+from service.api.schemas.softmax import SoftmaxRequestSchema
+from service.api.v2.tensors import InputSpec
+from service.kernels import LikelihoodResult
+from service.requests import (
+    AttentionOutput,
+    AttentionRequest,
+    LikelihoodRequest,
+    SoftmaxOutput,
+    SoftmaxRequest,
+)
+from service.web.fields import StrictBoolean
+
+BINARY_DATA_OUTPUT = "binary_data_output"
+FLOAT = ("FP64", "FP32")
+INTEGER = ("INT64", "INT32")
+BOOL = ("BOOL",)
+
+# "FLOAT" in an output's datatype: FP64 or FP32, following the request's precision.
+FOLLOWS_PRECISION = "FLOAT"
+
+Request = AttentionRequest | SoftmaxRequest | LikelihoodRequest
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """One output tensor: how to read it from the kernel's result, and whether it is answered by default."""
+
+    name: str
+    datatype: str  # FOLLOWS_PRECISION, INT64, BOOL or FP64
+    shape: tuple[int, ...]  # for the metadata: -1 for each variable dimension
+    read: Callable[[Any], np.ndarray | None]
+    default: bool = True  # answered when the request lists no outputs, if available
+    available: Callable[[Any], bool] = lambda request: True  # for this typed request (top_logprobs > 0)
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per model
+class Model:
+    name: str
+    schema_name: str  # the contract's component names start with it
+    description: str
+    inputs: Mapping[str, InputSpec]
+    parameters: Schema
+    outputs: Mapping[str, OutputSpec]
+    build: Callable[[dict[str, Any], dict[str, Any], frozenset[str]], Request]
+
+    def output_datatype(self, output: OutputSpec, precision: str) -> str:
+        if output.datatype == FOLLOWS_PRECISION:
+            return "FP32" if precision == "float32" else "FP64"
+        return output.datatype
+
+
+def parameters_schema(request_schema: type[Schema], name: str, *, exclude: tuple[str, ...]) -> Schema:
+    """The /v1 request schema's option fields, for request parameters: the same names, types and rules.
+
+    Beside them, the binary tensor data extension's ``binary_data_output`` (answer every output as binary).
+    """
+    options: dict[str, Any] = {
+        field_name: copy.copy(field)  # the new schema binds its own copy to itself
+        for field_name, field in request_schema().fields.items()
+        if field_name not in exclude
+    }
+    options[BINARY_DATA_OUTPUT] = StrictBoolean(
+        load_default=False, metadata={"description": "Answer every output as binary tensor data."}
+    )
+    schema: Schema = Schema.from_dict(options, name=name)()
+    return schema
+
+
+def _outputs(*specs: OutputSpec) -> dict[str, OutputSpec]:
+    return {spec.name: spec for spec in specs}
+
+
+def _build_attention(
+    arrays: dict[str, Any], options: dict[str, Any], outputs: frozenset[str]
+) -> AttentionRequest:
+    include: frozenset[AttentionOutput] = frozenset(n for n in get_args(AttentionOutput) if n in outputs)
+    return AttentionRequest(**arrays, **options, include=include)
+
+
+def _build_softmax(
+    arrays: dict[str, Any], options: dict[str, Any], outputs: frozenset[str]
+) -> SoftmaxRequest:
+    include: frozenset[SoftmaxOutput] = frozenset(n for n in get_args(SoftmaxOutput) if n in outputs)
+    return SoftmaxRequest(**arrays, **options, include=include)
+
+
+def _build_likelihood(
+    arrays: dict[str, Any], options: dict[str, Any], outputs: frozenset[str]
+) -> LikelihoodRequest:
+    return LikelihoodRequest(**arrays, **options)
+
+
+def _scalar(value: float) -> np.ndarray:
+    return np.asarray(value, dtype=np.float64)
+
+
+ATTENTION = Model(
+    name="attention",
+    schema_name="Attention",
+    description="Masked scaled dot-product attention (as POST /v1/attention).",
+    inputs={
+        "query": InputSpec(FLOAT, (-1, -1)),
+        "key": InputSpec(FLOAT, (-1, -1)),
+        "value": InputSpec(FLOAT, (-1, -1)),
+        "mask": InputSpec(BOOL, (-1, -1), required=False),
+        "bias": InputSpec(FLOAT, (-1, -1), required=False),
+    },
+    parameters=parameters_schema(
+        AttentionRequestSchema,
+        "AttentionParameters",
+        exclude=("query", "key", "value", "mask", "bias", "include"),
+    ),
+    outputs=_outputs(
+        OutputSpec("output", FOLLOWS_PRECISION, (-1, -1), lambda r: r.output),
+        OutputSpec("weights", FOLLOWS_PRECISION, (-1, -1), lambda r: r.weights),
+        OutputSpec("scores", FOLLOWS_PRECISION, (-1, -1), lambda r: r.scores, default=False),
+        OutputSpec("logsumexp", FOLLOWS_PRECISION, (-1,), lambda r: r.logsumexp, default=False),
+        OutputSpec("scale", "FP64", (), lambda r: _scalar(r.scale)),
+        OutputSpec("empty_rows", "INT64", (-1, -1), lambda r: r.empty_rows),
+    ),
+    build=_build_attention,
+)
+
+SOFTMAX = Model(
+    name="softmax",
+    schema_name="Softmax",
+    description="Softmax with temperature, mask, top-k and top-p (as POST /v1/softmax).",
+    inputs={"logits": InputSpec(FLOAT, (-1, -1)), "mask": InputSpec(BOOL, (-1, -1), required=False)},
+    parameters=parameters_schema(
+        SoftmaxRequestSchema, "SoftmaxParameters", exclude=("logits", "mask", "include")
+    ),
+    outputs=_outputs(
+        OutputSpec("probabilities", FOLLOWS_PRECISION, (-1, -1), lambda r: r.probabilities),
+        OutputSpec(
+            "log_probabilities", FOLLOWS_PRECISION, (-1, -1), lambda r: r.log_probabilities, default=False
+        ),
+        OutputSpec("entropy", FOLLOWS_PRECISION, (-1,), lambda r: r.entropy),
+        OutputSpec("argmax", "INT64", (-1,), lambda r: r.argmax),
+        OutputSpec("temperature", "FP64", (), lambda r: _scalar(r.temperature)),
+    ),
+    build=_build_softmax,
+)
+
+
+def _top_tokens(result: LikelihoodResult) -> np.ndarray | None:
+    return result.top_ids
+
+
+def _lists_top(request: LikelihoodRequest) -> bool:
+    """top_logprobs and top_tokens exist when the top_logprobs parameter asks for some (as in /v1)."""
+    return request.top_logprobs > 0
+
+
+LOG_LIKELIHOOD = Model(
+    name="log-likelihood",
+    schema_name="LogLikelihood",
+    description="Per-token log-probabilities and per-sequence log-likelihood (as POST /v1/log-likelihood).",
+    inputs={"logits": InputSpec(FLOAT, (-1, -1, -1)), "targets": InputSpec(INTEGER, (-1, -1))},
+    parameters=parameters_schema(
+        LikelihoodRequestSchema, "LogLikelihoodParameters", exclude=("logits", "targets")
+    ),
+    outputs=_outputs(
+        OutputSpec("token_logprobs", FOLLOWS_PRECISION, (-1, -1), lambda r: r.token_logprobs),
+        OutputSpec("ranks", "INT64", (-1, -1), lambda r: r.ranks),
+        OutputSpec("log_likelihood", FOLLOWS_PRECISION, (-1,), lambda r: r.log_likelihood),
+        OutputSpec("num_tokens", "INT64", (-1,), lambda r: r.num_tokens),
+        OutputSpec("mean_nll", FOLLOWS_PRECISION, (-1,), lambda r: r.mean_nll),
+        OutputSpec("perplexity", FOLLOWS_PRECISION, (-1,), lambda r: r.perplexity),
+        OutputSpec("is_greedy", "BOOL", (-1,), lambda r: r.is_greedy),
+        OutputSpec(
+            "top_logprobs", FOLLOWS_PRECISION, (-1, -1, -1), lambda r: r.top_values, available=_lists_top
+        ),
+        OutputSpec("top_tokens", "INT64", (-1, -1, -1), _top_tokens, available=_lists_top),
+    ),
+    build=_build_likelihood,
+)
+
+MODELS: dict[str, Model] = {model.name: model for model in (ATTENTION, SOFTMAX, LOG_LIKELIHOOD)}
+VERSION = "1"

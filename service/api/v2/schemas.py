@@ -1,0 +1,143 @@
+"""The /v2 documents, for the contract (KServe's rest_predict_v2.yaml, with this service's models).
+
+The views write these documents themselves (the infer answer may be binary); the schemas describe them.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from marshmallow import Schema, fields, validate
+
+from service.api.v2.models import Model
+from service.api.v2.tensors import DTYPES, HEADER_LENGTH
+from service.web.fields import StrictBoolean
+
+DATATYPES = list(DTYPES)
+
+
+class ServerMetadataSchema(Schema):
+    name = fields.String(required=True)
+    version = fields.String(required=True)
+    extensions = fields.List(fields.String(), required=True)
+
+
+class LiveSchema(Schema):
+    live = fields.Boolean(required=True)
+
+
+class ReadySchema(Schema):
+    ready = fields.Boolean(required=True)
+
+
+class ModelReadySchema(Schema):
+    name = fields.String(required=True)
+    ready = fields.Boolean(required=True)
+
+
+class MetadataTensorSchema(Schema):
+    name = fields.String(required=True)
+    datatype = fields.String(required=True, validate=validate.OneOf(DATATYPES))
+    shape = fields.List(
+        fields.Integer(), required=True, metadata={"description": "-1 for a variable dimension."}
+    )
+
+
+class ModelMetadataSchema(Schema):
+    name = fields.String(required=True)
+    versions = fields.List(fields.String(), required=True)
+    platform = fields.String(required=True)
+    inputs = fields.List(fields.Nested(MetadataTensorSchema), required=True)
+    outputs = fields.List(fields.Nested(MetadataTensorSchema), required=True)
+
+
+class BinaryDataSizeSchema(Schema):
+    binary_data_size = fields.Integer(
+        validate=validate.Range(min=0),
+        metadata={
+            "description": "This tensor's bytes follow the JSON header (binary tensor data extension)."
+        },
+    )
+
+
+class BinaryDataSchema(Schema):
+    binary_data = StrictBoolean(metadata={"description": "Answer this output as binary tensor data."})
+
+
+class ResponseOutputSchema(Schema):
+    name = fields.String(required=True)
+    datatype = fields.String(required=True, validate=validate.OneOf(DATATYPES))
+    shape = fields.List(fields.Integer(), required=True)
+    parameters = fields.Nested(BinaryDataSizeSchema)
+    data = fields.Raw(
+        metadata={
+            "description": "Row-major, flattened; null where /v1 writes null. Absent for binary outputs.",
+            "type": "array",
+        }
+    )
+
+
+class InferenceResponseSchema(Schema):
+    model_name = fields.String(required=True)
+    model_version = fields.String(required=True)
+    id = fields.String()
+    outputs = fields.List(fields.Nested(ResponseOutputSchema), required=True)
+
+
+@functools.cache  # one class per model: the contract names each once
+def inference_request_schema(model: Model) -> type[Schema]:
+    """The JSON header of an infer request to ``model``: its tensor names and its parameters."""
+    request_input = Schema.from_dict(
+        {
+            "name": fields.String(required=True, validate=validate.OneOf(list(model.inputs))),
+            "shape": fields.List(fields.Integer(validate=validate.Range(min=0)), required=True),
+            "datatype": fields.String(required=True, validate=validate.OneOf(DATATYPES)),
+            "parameters": fields.Nested(BinaryDataSizeSchema),
+            "data": fields.Raw(
+                metadata={
+                    "description": "Row-major, flattened or nested; absent for binary data.",
+                    "type": "array",
+                }
+            ),
+        },
+        name=f"{model.schema_name}Input",
+    )
+    request_output = Schema.from_dict(
+        {
+            "name": fields.String(required=True, validate=validate.OneOf(list(model.outputs))),
+            "parameters": fields.Nested(BinaryDataSchema),
+        },
+        name=f"{model.schema_name}RequestedOutput",
+    )
+    return Schema.from_dict(
+        {
+            "id": fields.String(),
+            "parameters": fields.Nested(type(model.parameters)),
+            "inputs": fields.List(fields.Nested(request_input), required=True),
+            "outputs": fields.List(
+                fields.Nested(request_output),
+                metadata={"description": "The outputs to answer; without it, the default ones (as /v1)."},
+            ),
+        },
+        name=f"{model.schema_name}InferenceRequest",
+    )
+
+
+def binary_body_doc(description: str) -> dict[str, Any]:
+    # OpenAPI 3.1 describes raw bytes by their media type alone: no "type", which would mean a JSON string.
+    return {"schema": {"contentMediaType": "application/octet-stream", "description": description}}
+
+
+HEADER_LENGTH_DOC = {
+    "description": "Bytes of the JSON header at the start of the body; the binary tensor data follows it.",
+    "schema": {"type": "integer", "minimum": 1},
+}
+BINARY_REQUEST = (
+    f"The JSON header ({HEADER_LENGTH} bytes), then each input's binary_data_size bytes in the order of "
+    "inputs: little-endian, row-major, BOOL as one byte per element."
+)
+BINARY_RESPONSE = (
+    f"The JSON header ({HEADER_LENGTH} response header), then each binary output's bytes in the order of "
+    "outputs. Where /v1 writes null, binary FP outputs hold -inf (a hidden score) or NaN."
+)

@@ -1,0 +1,287 @@
+"""Tensors of the Open Inference Protocol ⇄ NumPy arrays, as JSON data or binary tensor data.
+
+A request body is a JSON header, optionally followed by the tensors' bytes in the order of ``inputs``
+(the binary tensor data extension: little-endian, row-major, BOOL as one byte, the header's length in the
+``Inference-Header-Content-Length`` header). Binary inputs become arrays with ``np.frombuffer``, without a
+copy when the bytes are aligned; every size is checked against the bytes that are really there before
+an array is made, so a lying header is a 400, never a read past the body.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+from marshmallow import ValidationError
+
+from service.requests import MAX_RANK, ArrayKind
+from service.web.arrays import Array
+from service.web.problems import Problem
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+
+# Every datatype this service reads or writes, with its little-endian NumPy dtype.
+DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+}
+# The protocol's other datatypes: named in messages, never accepted.
+OTHER_DATATYPES = frozenset({"UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "FP16", "BF16", "BYTES"})
+_KINDS: dict[str, ArrayKind] = {"BOOL": "boolean", "INT32": "integer", "INT64": "integer"}
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """The protocol's name for ``array``'s dtype (float64 → FP64, bool → BOOL, …)."""
+    for name, dtype in DTYPES.items():
+        if array.dtype == dtype:
+            return name
+    raise TypeError(f"no Open Inference Protocol datatype for {array.dtype}")
+
+
+def malformed(detail: str, *, field: str) -> Problem:
+    """A 400: the body does not follow the protocol (framing, sizes, structure), naming what is wrong."""
+    return Problem(
+        400,
+        f"The request is malformed. {field}: {detail}",
+        slug="malformed-request",
+        title="Malformed request",
+        errors={field: [detail]},
+    )
+
+
+def invalid(detail: str, *, field: str) -> Problem:
+    """A 422: the body follows the protocol but breaks a model's rule, naming the tensor or parameter."""
+    return Problem(
+        422,
+        f"The request is invalid. {field}: {detail}",
+        slug="validation-error",
+        title="Invalid request",
+        errors={field: [detail]},
+    )
+
+
+def split_body(body: bytes, header_length: str | None) -> tuple[memoryview, memoryview]:
+    """The JSON header and the binary data after it (empty without ``Inference-Header-Content-Length``)."""
+    whole = memoryview(body)
+    if header_length is None:
+        return whole, whole[len(whole) :]
+    text = header_length.strip()
+    if not text.isdigit() or len(text) > 19:  # isdigit also refuses a sign; 19 digits fit an int64
+        raise malformed(
+            f"{HEADER_LENGTH} must be a byte count, got {header_length[:40]!r}.", field=HEADER_LENGTH
+        )
+    length = int(text)
+    if not 0 < length <= len(body):
+        raise malformed(
+            f"{HEADER_LENGTH} is {length:,} but the body has {len(body):,} bytes: the JSON header must be "
+            "non-empty and inside the body.",
+            field=HEADER_LENGTH,
+        )
+    return whole[:length], whole[length:]
+
+
+def parse_header(header: memoryview) -> dict[str, Any]:
+    """The JSON header as a dict (orjson refuses NaN and Infinity, which JSON does not have)."""
+    if not bytes(header).strip():
+        raise malformed("The request body is empty: send a JSON inference request.", field="body")
+    try:
+        parsed = orjson.loads(header)
+    except orjson.JSONDecodeError as error:
+        raise malformed(f"The inference header is not valid JSON: {error}.", field="body") from None
+    if not isinstance(parsed, dict):
+        raise malformed("The inference header must be a JSON object with an inputs list.", field="body")
+    return parsed
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What one input tensor of a model accepts."""
+
+    datatypes: tuple[str, ...]  # the first is the one the model metadata names
+    shape: tuple[int, ...]  # for the model metadata: -1 for each variable dimension
+    required: bool = True
+
+
+def decode_inputs(
+    tensors: object, binary: memoryview, specs: Mapping[str, InputSpec]
+) -> dict[str, np.ndarray]:
+    """The request's input tensors as arrays, by name; every size is checked before an array is made."""
+    if not isinstance(tensors, list) or not tensors:
+        raise malformed("inputs must be a non-empty list of tensors.", field="inputs")
+    if len(tensors) > len(specs):  # before reading any: a million tensors are refused at once
+        raise invalid(
+            f"this model takes at most {len(specs)} input tensors ({', '.join(specs)}), "
+            f"got {len(tensors):,}.",
+            field="inputs",
+        )
+    arrays: dict[str, np.ndarray] = {}
+    offset = 0
+    for position, tensor in enumerate(tensors):
+        where = f"inputs[{position}]"
+        if not isinstance(tensor, dict):
+            raise malformed(f"{where} must be a tensor object.", field=where)
+        name = tensor.get("name")
+        if not isinstance(name, str):
+            raise malformed(f"{where} needs a name.", field=where)
+        if name not in specs:
+            raise invalid(_unknown("input tensor", name, list(specs)), field=name)
+        if name in arrays:
+            raise invalid("this input tensor is given twice.", field=name)
+        datatype, dtype = _datatype(tensor.get("datatype"), specs[name], name)
+        shape = _shape(tensor.get("shape"), name)
+        count = math.prod(shape)
+        parameters = tensor.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise malformed("parameters must be an object.", field=name)
+        size = None if parameters is None else parameters.get("binary_data_size")
+        if size is not None:
+            if "data" in tensor:
+                raise malformed("has both data and binary_data_size; send one.", field=name)
+            arrays[name] = _binary_tensor(binary, offset, size, shape, count, datatype, dtype, name)
+            offset += size
+        elif "data" in tensor:
+            arrays[name] = _json_tensor(tensor["data"], shape, count, datatype, dtype, name)
+        else:
+            raise malformed("needs data (JSON) or parameters.binary_data_size (binary).", field=name)
+    if offset != len(binary):
+        raise malformed(
+            f"the body has {len(binary) - offset:,} bytes after the binary tensors' data "
+            f"({offset:,} bytes declared by binary_data_size, {len(binary):,} after the JSON header).",
+            field="body",
+        )
+    missing = [name for name, spec in specs.items() if spec.required and name not in arrays]
+    if missing:
+        raise invalid(
+            f"this required input tensor is missing (inputs are {', '.join(specs)}).", field=missing[0]
+        )
+    return arrays
+
+
+def _unknown(what: str, name: str, allowed: list[str]) -> str:
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"Unknown {what} {name[:60]!r}.{hint} This model's are: {', '.join(allowed)}."
+
+
+def _datatype(datatype: object, spec: InputSpec, name: str) -> tuple[str, np.dtype[Any]]:
+    if isinstance(datatype, str) and datatype in spec.datatypes:
+        return datatype, DTYPES[datatype]
+    if isinstance(datatype, str) and (datatype in DTYPES or datatype in OTHER_DATATYPES):
+        raise invalid(
+            f"datatype {datatype} is not accepted here; use {' or '.join(spec.datatypes)}.", field=name
+        )
+    raise malformed(
+        f"datatype must be one of {', '.join(spec.datatypes)}, got {str(datatype)[:40]!r}.", field=name
+    )
+
+
+def _shape(shape: object, name: str) -> tuple[int, ...]:
+    if (
+        not isinstance(shape, list)
+        or len(shape) > MAX_RANK
+        or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape)
+    ):
+        raise malformed(
+            f"shape must be a list of at most {MAX_RANK} non-negative integers, got {str(shape)[:60]}.",
+            field=name,
+        )
+    return tuple(shape)
+
+
+def _binary_tensor(
+    binary: memoryview,
+    offset: int,
+    size: object,
+    shape: tuple[int, ...],
+    count: int,
+    datatype: str,
+    dtype: np.dtype[Any],
+    name: str,
+) -> np.ndarray:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise malformed(f"binary_data_size must be a non-negative integer, got {str(size)[:40]}.", field=name)
+    expected = count * dtype.itemsize
+    if size != expected:
+        raise malformed(
+            f"shape {list(shape)} of {datatype} is {expected:,} bytes ({count:,} × {dtype.itemsize}), "
+            f"but binary_data_size is {size:,}.",
+            field=name,
+        )
+    if offset + size > len(binary):
+        raise malformed(
+            f"binary_data_size {size:,} at byte {offset:,} of the binary data runs past its end "
+            f"({len(binary):,} bytes after the JSON header).",
+            field=name,
+        )
+    if datatype == "BOOL":
+        octets = np.frombuffer(binary, dtype=np.uint8, count=count, offset=offset)
+        if count and int(octets.max()) > 1:
+            raise malformed("BOOL data must hold only bytes 0 (false) and 1 (true).", field=name)
+        return octets.view(np.bool_).reshape(shape)
+    array = np.frombuffer(binary, dtype=dtype, count=count, offset=offset).reshape(shape)
+    if array.ctypes.data % dtype.alignment:
+        array = array.copy()  # unaligned after the header: one copy, so the arithmetic runs at full speed
+    return array
+
+
+def _json_tensor(
+    data: object, shape: tuple[int, ...], count: int, datatype: str, dtype: np.dtype[Any], name: str
+) -> np.ndarray:
+    # The /v1 array field reads the lists (flat, as the protocol sends them, or nested), with its checks of
+    # element types, raggedness and finiteness.
+    field = Array(kind=_KINDS.get(datatype, "number"), min_rank=1, max_rank=MAX_RANK)
+    try:
+        array = field.deserialize(data)
+    except ValidationError as error:
+        messages: Sequence[Any] = error.messages if isinstance(error.messages, list) else [error.messages]
+        raise invalid(f"data {messages[0]}", field=name) from None
+    if array.size != count:
+        raise malformed(
+            f"shape {list(shape)} has {count:,} elements but data has {array.size:,}.", field=name
+        )
+    if array.dtype != dtype:
+        with np.errstate(over="ignore"):
+            array = array.astype(dtype)  # FP32 entries beyond its range become inf: refused as non-finite
+    return array.reshape(shape)
+
+
+@dataclass(frozen=True)
+class OutputTensor:
+    """One output of an answer: its array and whether it travels as binary data."""
+
+    name: str
+    array: np.ndarray
+    binary: bool
+
+
+def encode_outputs(outputs: Sequence[OutputTensor]) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """The answer's output objects for the JSON header, and the binary chunks that follow it, in order.
+
+    JSON data is the flattened array written by orjson (non-finite values as null); binary data is the
+    array's bytes, little-endian and row-major.
+    """
+    described: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    for output in outputs:
+        array = output.array
+        entry: dict[str, Any] = {
+            "name": output.name,
+            "datatype": datatype_of(array),
+            "shape": list(array.shape),
+        }
+        if output.binary:
+            chunk = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+            entry["parameters"] = {"binary_data_size": len(chunk)}
+            chunks.append(chunk)
+        else:
+            entry["data"] = np.ascontiguousarray(array).reshape(-1)
+        described.append(entry)
+    return described, chunks

@@ -1,0 +1,271 @@
+"""/v2: the Open Inference Protocol (KServe v2) over HTTP, with the binary tensor data extension.
+
+One route set per model (attention, softmax, log-likelihood), with and without ``/versions/1``. An infer
+request travels like a /v1 one: bytes → the same typed request → ``admit_work`` → ``run`` → bytes; only
+the codec differs. Errors are the /v1 problem documents plus the protocol's ``error`` member
+(service.web.problems adds it under /v2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flask_smorest
+from flask import Response, request
+from marshmallow import ValidationError
+
+from service.api.meta import self_check
+from service.api.v2.models import BINARY_DATA_OUTPUT, MODELS, VERSION, Model, OutputSpec, Request
+from service.api.v2.schemas import (
+    BINARY_REQUEST,
+    BINARY_RESPONSE,
+    HEADER_LENGTH_DOC,
+    InferenceResponseSchema,
+    LiveSchema,
+    ModelMetadataSchema,
+    ModelReadySchema,
+    ReadySchema,
+    ServerMetadataSchema,
+    binary_body_doc,
+    inference_request_schema,
+)
+from service.api.v2.tensors import (
+    HEADER_LENGTH,
+    OutputTensor,
+    decode_inputs,
+    encode_outputs,
+    invalid,
+    malformed,
+    parse_header,
+    split_body,
+)
+from service.web.api_keys import SECURITY_REQUIREMENT
+from service.web.json_provider import dumps_bytes
+from service.web.limits import admit_work
+from service.web.parsing import read_body
+from service.web.problems import Problem, problem_from_validation_messages
+from service.web.spec import API_VERSION
+
+blp = flask_smorest.Blueprint(
+    "v2",
+    __name__,
+    url_prefix="/v2",
+    description="The Open Inference Protocol (KServe v2): the same models as /v1, with binary tensors.",
+)
+
+SERVER_NAME = "attention-service"
+EXTENSIONS = ["binary_tensor_data", "parameters"]
+INFER_ERRORS = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    413: "REQUEST_ENTITY_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "UNPROCESSABLE_ENTITY",
+}
+
+
+@blp.route("", methods=["GET"])
+@blp.response(200, ServerMetadataSchema)
+def server_metadata() -> dict[str, Any]:
+    """Server metadata: name, version and the protocol extensions supported."""
+    return {"name": SERVER_NAME, "version": API_VERSION, "extensions": EXTENSIONS}
+
+
+@blp.route("/health/live", methods=["GET"])
+@blp.response(200, LiveSchema)
+def server_live() -> dict[str, bool]:
+    """Liveness (as /livez)."""
+    return {"live": True}
+
+
+@blp.route("/health/ready", methods=["GET"])
+@blp.response(200, ReadySchema)
+@blp.alt_response(503, "SERVICE_UNAVAILABLE")
+def server_ready() -> dict[str, bool]:
+    """Readiness (as /readyz: a tiny attention computation succeeds and is right)."""
+    self_check()
+    return {"ready": True}
+
+
+def _register(model: Model, prefix: str, suffix: str) -> None:
+    """The metadata, readiness and infer routes of ``model`` under ``prefix`` (with or without a version)."""
+    label = model.name.replace("-", "_") + suffix
+
+    def metadata() -> dict[str, Any]:
+        return _metadata(model)
+
+    def ready() -> dict[str, Any]:
+        self_check()
+        return {"name": model.name, "ready": True}
+
+    def infer() -> Response:
+        return _infer(model)
+
+    metadata.__doc__ = (
+        f"Metadata of the {model.name} model: its input and output tensors.\n\n{model.description}"
+    )
+    ready.__doc__ = f"Readiness of the {model.name} model."
+    infer.__doc__ = (
+        f"Infer with the {model.name} model: JSON tensors, or binary tensor data after the JSON header.\n\n"
+        f"{model.description} Parameters are the /v1 options, with the same names, defaults and rules."
+    )
+    blp.route(prefix, methods=["GET"], endpoint=f"{label}_metadata")(
+        blp.response(200, ModelMetadataSchema)(metadata)
+    )
+    blp.route(f"{prefix}/ready", methods=["GET"], endpoint=f"{label}_ready")(
+        blp.alt_response(503, "SERVICE_UNAVAILABLE")(blp.response(200, ModelReadySchema)(ready))
+    )
+    documented: Callable[..., Any] = blp.doc(
+        security=SECURITY_REQUIREMENT,
+        parameters=[{"in": "header", "name": HEADER_LENGTH, "required": False, **HEADER_LENGTH_DOC}],
+        requestBody={
+            "required": True,
+            "content": {
+                "application/json": {"schema": inference_request_schema(model)},
+                "application/octet-stream": binary_body_doc(BINARY_REQUEST),
+            },
+        },
+        responses={
+            "200": {
+                "description": "The outputs; binary ones follow the JSON header.",
+                "content": {
+                    "application/json": {"schema": InferenceResponseSchema},
+                    "application/octet-stream": binary_body_doc(BINARY_RESPONSE),
+                },
+                "headers": {HEADER_LENGTH: HEADER_LENGTH_DOC},
+            }
+        },
+    )(infer)
+    for status, name in INFER_ERRORS.items():
+        documented = blp.alt_response(status, name)(documented)
+    blp.route(f"{prefix}/infer", methods=["POST"], endpoint=f"{label}_infer")(documented)
+
+
+for _model in MODELS.values():
+    _register(_model, f"/models/{_model.name}", "")
+    _register(_model, f"/models/{_model.name}/versions/{VERSION}", "_versioned")
+
+
+def _metadata(model: Model) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "versions": [VERSION],
+        "platform": "numpy",
+        "inputs": [
+            {"name": name, "datatype": spec.datatypes[0], "shape": list(spec.shape)}
+            for name, spec in model.inputs.items()
+        ],
+        "outputs": [
+            {"name": name, "datatype": model.output_datatype(spec, "float64"), "shape": list(spec.shape)}
+            for name, spec in model.outputs.items()
+        ],
+    }
+
+
+def _infer(model: Model) -> Response:
+    if request.content_encoding not in (None, "", "identity"):
+        raise Problem(
+            415,
+            f"Send the body uncompressed (this request is {request.content_encoding[:40]}).",
+            slug="unsupported-media-type",
+        )
+    header, binary = split_body(read_body(request), request.headers.get(HEADER_LENGTH))
+    document = parse_header(header)
+    request_id = document.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise malformed("id must be a string.", field="id")
+    arrays = decode_inputs(document.get("inputs"), binary, model.inputs)
+
+    raw_parameters = document.get("parameters")
+    if raw_parameters is None:
+        raw_parameters = {}
+    if not isinstance(raw_parameters, dict):
+        raise malformed("parameters must be an object.", field="parameters")
+    try:
+        options: dict[str, Any] = model.parameters.load(raw_parameters)
+    except ValidationError as error:
+        raise problem_from_validation_messages(error.messages, model.parameters) from None
+    binary_by_default: bool = options.pop(BINARY_DATA_OUTPUT)
+    if "precision" not in raw_parameters:
+        # The answer's float type follows the inputs': FP32 throughout gives float32.
+        floats = [array.dtype for array in arrays.values() if array.dtype.kind == "f"]
+        options["precision"] = "float32" if floats and all(d.itemsize == 4 for d in floats) else "float64"
+
+    explicit = _requested_outputs(document.get("outputs"), model, binary_by_default)
+    chosen = (
+        frozenset(explicit)
+        if explicit is not None
+        else frozenset(name for name, spec in model.outputs.items() if spec.default)
+    )
+    typed = model.build(arrays, options, chosen)
+    answered = _answered_outputs(model, typed, explicit, binary_by_default)
+    admit_work(typed.work())
+    result = typed.run()
+
+    tensors = [
+        OutputTensor(name, array, binary)
+        for name, binary in answered.items()
+        if (array := model.outputs[name].read(result)) is not None
+    ]
+    described, chunks = encode_outputs(tensors)
+    answer: dict[str, Any] = {"model_name": model.name, "model_version": VERSION, "outputs": described}
+    if request_id is not None:
+        answer["id"] = request_id
+    head = dumps_bytes(answer)
+    if not chunks:
+        return Response(head, mimetype="application/json")
+    response = Response([head, *chunks], mimetype="application/octet-stream")
+    response.headers[HEADER_LENGTH] = str(len(head))
+    response.content_length = len(head) + sum(len(chunk) for chunk in chunks)
+    return response
+
+
+def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -> dict[str, bool] | None:
+    """The outputs named in the request, each with whether it is to be binary; ``None`` if none are named."""
+    if outputs is None:
+        return None
+    if not isinstance(outputs, list):
+        raise malformed("outputs must be a list of {name, parameters} objects.", field="outputs")
+    if len(outputs) > len(model.outputs):
+        raise invalid(
+            f"this model has {len(model.outputs)} outputs ({', '.join(model.outputs)}).", field="outputs"
+        )
+    requested: dict[str, bool] = {}
+    for position, output in enumerate(outputs):
+        if not isinstance(output, dict) or not isinstance(output.get("name"), str):
+            raise malformed(f"outputs[{position}] must be an object with a name.", field="outputs")
+        name = output["name"]
+        if name not in model.outputs:
+            allowed = ", ".join(model.outputs)
+            raise invalid(
+                f"unknown output {name[:60]!r}; this model's outputs are: {allowed}.", field="outputs"
+            )
+        if name in requested:
+            raise invalid(f"output {name!r} is named twice.", field="outputs")
+        parameters = output.get("parameters") or {}
+        binary = parameters.get("binary_data", binary_by_default) if isinstance(parameters, dict) else None
+        if not isinstance(binary, bool):
+            raise malformed(
+                f"outputs[{position}].parameters.binary_data must be true or false.", field="outputs"
+            )
+        requested[name] = binary
+    return requested
+
+
+def _answered_outputs(
+    model: Model, typed: Request, explicit: dict[str, bool] | None, binary_by_default: bool
+) -> dict[str, bool]:
+    """The outputs the answer holds: those asked for (each available), or every default available one."""
+    if explicit is None:
+        return {name: binary_by_default for name, spec in model.outputs.items() if _is_default(spec, typed)}
+    for name in explicit:
+        if not model.outputs[name].available(typed):
+            raise invalid(
+                f"output {name!r} needs the top_logprobs parameter to be at least 1.", field="outputs"
+            )
+    return explicit
+
+
+def _is_default(spec: OutputSpec, typed: Request) -> bool:
+    return spec.default and spec.available(typed)

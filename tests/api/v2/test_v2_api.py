@@ -1,0 +1,515 @@
+"""/v2, the Open Inference Protocol, in process: the same answers as /v1, binary framing, and refusals.
+
+The binary bodies here are framed by hand from the extension's text (JSON header, then each tensor's
+little-endian bytes), not with the service's own code.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
+
+from service import create_app
+from tests.problems import assert_problem
+
+HEADER = "Inference-Header-Content-Length"
+DATATYPES = {"FP64": "<f8", "FP32": "<f4", "INT64": "<i8", "INT32": "<i4", "BOOL": "|b1"}
+RNG = np.random.default_rng(20261130)
+
+
+def json_tensor(name: str, array: np.ndarray, datatype: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "shape": list(array.shape),
+        "datatype": datatype,
+        "data": array.reshape(-1).tolist(),
+    }
+
+
+def binary_body(tensors: list[tuple[str, np.ndarray, str]], **header: Any) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of a binary infer request, framed by hand."""
+    chunks = [
+        np.ascontiguousarray(array, dtype=DATATYPES[datatype]).tobytes() for _, array, datatype in tensors
+    ]
+    inputs = [
+        {
+            "name": name,
+            "shape": list(array.shape),
+            "datatype": datatype,
+            "parameters": {"binary_data_size": len(chunk)},
+        }
+        for (name, array, datatype), chunk in zip(tensors, chunks, strict=True)
+    ]
+    head = json.dumps({"inputs": inputs, **header}).encode()
+    return head + b"".join(chunks), {HEADER: str(len(head)), "Content-Type": "application/octet-stream"}
+
+
+def read_answer(response: TestResponse) -> dict[str, np.ndarray]:
+    """Every output as an array: binary ones read from after the header, JSON ones with null as NaN."""
+    assert response.status_code == 200, response.get_data(as_text=True)
+    body = response.get_data()
+    length = response.headers.get(HEADER)
+    head = json.loads(body if length is None else body[: int(length)])
+    offset = 0 if length is None else int(length)
+    arrays = {}
+    for output in head["outputs"]:
+        dtype = np.dtype(DATATYPES[output["datatype"]])
+        size = (output.get("parameters") or {}).get("binary_data_size")
+        if size is None:
+            data = [np.nan if value is None else value for value in output["data"]]
+            arrays[output["name"]] = np.array(data, dtype=dtype).reshape(output["shape"])
+        else:
+            arrays[output["name"]] = np.frombuffer(
+                body, dtype=dtype, count=size // dtype.itemsize, offset=offset
+            )
+            arrays[output["name"]] = arrays[output["name"]].reshape(output["shape"])
+            offset += size
+    assert offset in (0, len(body))
+    return arrays
+
+
+def as_v1(value: Any, dtype: Any = np.float64) -> np.ndarray:
+    """A /v1 JSON value as an array, null as NaN."""
+    return np.array(_nulls_as_nan(value), dtype=dtype)
+
+
+def _nulls_as_nan(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_nulls_as_nan(item) for item in value]
+    return np.nan if value is None else value
+
+
+def assert_same(v2: np.ndarray, v1: np.ndarray, *, rtol: float = 1e-12) -> None:
+    """Equal to ``rtol``, with NaN where /v1 has null; -inf in /v2 binary where /v1 has null."""
+    assert v2.shape == v1.shape
+    np.testing.assert_allclose(np.where(np.isneginf(v2), np.nan, v2), v1, rtol=rtol, atol=0, equal_nan=True)
+
+
+ATTENTION_ARRAYS = {
+    "query": RNG.normal(size=(2, 3, 4)),
+    "key": RNG.normal(size=(2, 5, 4)),
+    "value": RNG.normal(size=(2, 5, 3)),
+    "mask": RNG.random((3, 5)) > 0.3,
+    "bias": RNG.normal(size=(3, 5)),
+}
+ATTENTION_ARRAYS["mask"][:, 0] = True  # no empty row
+
+
+def _v1(client: FlaskClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = client.post(path, json=body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    answer: dict[str, Any] = response.get_json()
+    return answer
+
+
+# ---- metadata and health ----
+
+
+def test_server_metadata_names_the_extensions(client: FlaskClient) -> None:
+    answer = client.get("/v2").get_json()
+    assert answer["name"] == "attention-service"
+    assert {"binary_tensor_data", "parameters"} <= set(answer["extensions"])
+    assert client.get("/v2/health/live").get_json() == {"live": True}
+    assert client.get("/v2/health/ready").get_json() == {"ready": True}
+
+
+@pytest.mark.parametrize("prefix", ["", "/versions/1"])
+@pytest.mark.parametrize(
+    ("model", "inputs", "outputs"),
+    [
+        (
+            "attention",
+            ["query", "key", "value", "mask", "bias"],
+            ["output", "weights", "scores", "logsumexp"],
+        ),
+        ("softmax", ["logits", "mask"], ["probabilities", "log_probabilities", "entropy", "argmax"]),
+        ("log-likelihood", ["logits", "targets"], ["token_logprobs", "ranks", "top_logprobs", "top_tokens"]),
+    ],
+)
+def test_model_metadata_and_readiness(
+    client: FlaskClient, model: str, inputs: list[str], outputs: list[str], prefix: str
+) -> None:
+    metadata = client.get(f"/v2/models/{model}{prefix}").get_json()
+    assert metadata["name"] == model
+    assert metadata["versions"] == ["1"]
+    assert [tensor["name"] for tensor in metadata["inputs"]] == inputs
+    assert set(outputs) <= {tensor["name"] for tensor in metadata["outputs"]}
+    assert all(-1 in tensor["shape"] for tensor in metadata["inputs"])
+    assert client.get(f"/v2/models/{model}{prefix}/ready").get_json() == {"name": model, "ready": True}
+
+
+def test_unknown_models_and_versions_are_404_with_the_error_member(client: FlaskClient) -> None:
+    for path in ("/v2/models/gpt", "/v2/models/attention/versions/2", "/v2/models/gpt/infer"):
+        response = client.get(path) if not path.endswith("infer") else client.post(path, json={})
+        problem = assert_problem(response, 404)
+        assert problem["error"] == problem["detail"]
+
+
+# ---- the same answers as /v1 ----
+
+
+def test_attention_json_tensors_equal_v1(client: FlaskClient) -> None:
+    arrays = ATTENTION_ARRAYS
+    inputs = [
+        json_tensor(name, array, "BOOL" if name == "mask" else "FP64") for name, array in arrays.items()
+    ]
+    v2 = read_answer(
+        client.post(
+            "/v2/models/attention/infer",
+            json={
+                "inputs": inputs,
+                "parameters": {"causal": True, "scale": 0.7},
+                "outputs": [{"name": n} for n in ("output", "weights", "scores", "logsumexp")],
+            },
+        )
+    )
+    v1 = _v1(
+        client,
+        "/v1/attention",
+        {
+            **{name: array.tolist() for name, array in arrays.items()},
+            "causal": True,
+            "scale": 0.7,
+            "include": ["weights", "scores", "logsumexp"],
+        },
+    )
+    assert set(v2) == {"output", "weights", "scores", "logsumexp"}  # only what was asked for
+    for name in v2:
+        assert_same(v2[name], as_v1(v1[name]))
+    assert np.isnan(v2["scores"]).any()  # hidden scores: null in JSON, as in /v1
+
+
+def test_attention_binary_fp64_and_fp32_equal_v1(client: FlaskClient) -> None:
+    arrays = ATTENTION_ARRAYS
+    v1 = _v1(
+        client,
+        "/v1/attention",
+        {**{n: a.tolist() for n, a in arrays.items()}, "include": ["weights", "scores"]},
+    )
+    v1_32 = _v1(
+        client,
+        "/v1/attention",
+        {
+            **{n: a.tolist() for n, a in arrays.items()},
+            "include": ["weights", "scores"],
+            "precision": "float32",
+        },
+    )
+    answers = {}
+    for datatype in ("FP64", "FP32"):
+        tensors = [(n, a, "BOOL" if n == "mask" else datatype) for n, a in arrays.items()]
+        body, headers = binary_body(
+            tensors,
+            parameters={"binary_data_output": True},
+            outputs=[{"name": "output"}, {"name": "weights"}, {"name": "scores"}],
+        )
+        response = client.post("/v2/models/attention/infer", data=body, headers=headers)
+        assert response.mimetype == "application/octet-stream"
+        answers[datatype] = read_answer(response)
+    assert answers["FP64"]["output"].dtype == np.float64
+    assert answers["FP32"]["output"].dtype == np.float32
+    for name in ("output", "weights", "scores"):
+        assert_same(answers["FP64"][name], as_v1(v1[name]))
+        # FP32 inputs answer in float32, as /v1's precision=float32 does (the inputs rounded the same way)
+        assert_same(answers["FP32"][name].astype(np.float64), as_v1(v1_32[name]), rtol=1e-6)
+    assert np.isneginf(answers["FP64"]["scores"]).any()  # a hidden score is -inf in binary
+
+
+def test_fp32_binary_answers_are_half_the_bytes_of_fp64(client: FlaskClient) -> None:
+    sizes = {}
+    for datatype in ("FP64", "FP32"):
+        body, headers = binary_body(
+            [(n, ATTENTION_ARRAYS[n], datatype) for n in ("query", "key", "value")],
+            outputs=[{"name": "output", "parameters": {"binary_data": True}}],
+        )
+        response = client.post("/v2/models/attention/infer", data=body, headers=headers)
+        sizes[datatype] = len(response.get_data()) - int(response.headers[HEADER])
+    assert sizes["FP64"] == 2 * sizes["FP32"] == 2 * 4 * 2 * 3 * 3
+
+
+def test_softmax_json_and_binary_equal_v1(client: FlaskClient) -> None:
+    logits = RNG.normal(size=(4, 6)) * 3
+    mask = RNG.random((4, 6)) > 0.2
+    mask[:, 0] = True
+    parameters = {"temperature": 0.8, "top_k": 4, "top_p": 0.9}
+    v1 = _v1(
+        client,
+        "/v1/softmax",
+        {"logits": logits.tolist(), "mask": mask.tolist(), **parameters, "include": ["log_probabilities"]},
+    )
+    outputs = ["probabilities", "log_probabilities", "entropy", "argmax", "temperature"]
+    as_json = read_answer(
+        client.post(
+            "/v2/models/softmax/infer",
+            json={
+                "inputs": [json_tensor("logits", logits, "FP64"), json_tensor("mask", mask, "BOOL")],
+                "parameters": parameters,
+                "outputs": [{"name": name} for name in outputs],
+            },
+        )
+    )
+    body, headers = binary_body(
+        [("logits", logits, "FP64"), ("mask", mask, "BOOL")],
+        parameters={**parameters, "binary_data_output": True},
+        outputs=[{"name": name} for name in outputs],
+    )
+    as_binary = read_answer(client.post("/v2/models/softmax/infer", data=body, headers=headers))
+    for answer in (as_json, as_binary):
+        for name in ("probabilities", "log_probabilities", "entropy"):
+            assert_same(answer[name], as_v1(v1[name]))
+        np.testing.assert_array_equal(answer["argmax"], v1["argmax"])
+        assert answer["argmax"].dtype == np.int64
+        assert float(answer["temperature"]) == v1["temperature"]
+
+
+def test_log_likelihood_int64_and_int32_targets_equal_v1(client: FlaskClient) -> None:
+    logits = RNG.normal(size=(2, 5, 7))
+    targets = RNG.integers(0, 7, size=(2, 5))
+    targets[1, 3] = -100  # padding: not scored
+    parameters = {"shift": True, "temperature": 1.3, "top_logprobs": 2}
+    v1 = _v1(
+        client, "/v1/log-likelihood", {"logits": logits.tolist(), "targets": targets.tolist(), **parameters}
+    )
+    for targets_type in ("INT64", "INT32"):
+        body, headers = binary_body(
+            [("logits", logits, "FP64"), ("targets", targets, targets_type)],
+            parameters={**parameters, "binary_data_output": True},
+        )
+        answer = read_answer(client.post("/v2/models/log-likelihood/infer", data=body, headers=headers))
+        for name in ("token_logprobs", "log_likelihood", "mean_nll", "perplexity"):
+            assert_same(answer[name], as_v1(v1[name]))
+        # ranks of unscored positions are 0 (null in /v1)
+        np.testing.assert_array_equal(answer["ranks"], np.array(_nulls_as_zero(v1["ranks"])))
+        np.testing.assert_array_equal(answer["num_tokens"], v1["num_tokens"])
+        np.testing.assert_array_equal(answer["is_greedy"], v1["is_greedy"])
+        assert answer["is_greedy"].dtype == np.bool_
+        # top_logprobs: the /v1 {token, logprob} lists as two tensors; unscored rows -1 and NaN
+        for b in range(2):
+            for t in range(5):
+                listed = v1["top_logprobs"][b][t]
+                if listed is None:
+                    assert (answer["top_tokens"][b, t] == -1).all()
+                    assert np.isnan(answer["top_logprobs"][b, t]).all()
+                else:
+                    assert answer["top_tokens"][b, t].tolist() == [entry["token"] for entry in listed]
+                    assert_same(answer["top_logprobs"][b, t], as_v1([entry["logprob"] for entry in listed]))
+
+
+def _nulls_as_zero(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_nulls_as_zero(item) for item in value]
+    return 0 if value is None else value
+
+
+def test_default_outputs_are_what_v1_answers_by_default(client: FlaskClient) -> None:
+    inputs = [json_tensor(n, ATTENTION_ARRAYS[n], "FP64") for n in ("query", "key", "value")]
+    answer = read_answer(client.post("/v2/models/attention/infer", json={"inputs": inputs}))
+    assert set(answer) == {"output", "weights", "scale", "empty_rows"}
+    logits = json_tensor("logits", np.array([[1.0, 2.0]]), "FP64")
+    targets = json_tensor("targets", np.array([1]), "INT64")
+    scored = read_answer(client.post("/v2/models/log-likelihood/infer", json={"inputs": [logits, targets]}))
+    assert "top_tokens" not in scored
+    assert "token_logprobs" in scored
+
+
+def test_an_id_is_echoed(client: FlaskClient) -> None:
+    inputs = [json_tensor("logits", np.array([1.0, 2.0]), "FP64")]
+    response = client.post("/v2/models/softmax/infer", json={"id": "call-7", "inputs": inputs})
+    assert response.get_json()["id"] == "call-7"
+
+
+# ---- refusals ----
+
+
+def _good_binary() -> tuple[bytes, dict[str, str]]:
+    return binary_body([(n, ATTENTION_ARRAYS[n], "FP64") for n in ("query", "key", "value")])
+
+
+def _lie(binary_data_size: int) -> tuple[bytes, dict[str, str]]:
+    body, headers = _good_binary()
+    head = json.loads(body[: int(headers[HEADER])])
+    head["inputs"][1]["parameters"]["binary_data_size"] = binary_data_size
+    new_head = json.dumps(head).encode()
+    return new_head + body[int(headers[HEADER]) :], {**headers, HEADER: str(len(new_head))}
+
+
+@pytest.mark.parametrize(
+    ("make", "field", "says"),
+    [
+        (lambda b, h: (b[:-8], h), "value", "runs past"),  # short
+        (lambda b, h: (b + b"\0" * 8, h), "body", "8 bytes after"),  # long
+        (lambda b, h: _lie(2**40), "key", "binary_data_size"),  # a lying size
+        (lambda b, h: _lie(8 * 5 * 4 * 2 - 1), "key", "bytes"),  # not shape × datatype size
+        (lambda b, h: (b, {**h, HEADER: str(len(b) + 1)}), HEADER, "inside the body"),  # header past the body
+        (lambda b, h: (b, {**h, HEADER: "-5"}), HEADER, "byte count"),
+        (lambda b, h: (b, {**h, HEADER: "12abc"}), HEADER, "byte count"),
+        (lambda b, h: (b"{not json" + b[int(h[HEADER]) :], {**h, HEADER: "9"}), "body", "not valid JSON"),
+        (lambda b, h: (b"[]", {**h, HEADER: "2"}), "body", "JSON object"),
+    ],
+)
+def test_bad_binary_bodies_are_400_naming_the_culprit(
+    client: FlaskClient, make: Any, field: str, says: str
+) -> None:
+    body, headers = make(*_good_binary())
+    response = client.post("/v2/models/attention/infer", data=body, headers=headers)
+    problem = assert_problem(response, 400, field=field, says=says)
+    assert problem["error"] == problem["detail"]
+    assert field in problem["error"]  # tritonclient shows only the error text: it names the culprit
+
+
+def test_bool_bytes_other_than_0_and_1_are_refused(client: FlaskClient) -> None:
+    body, headers = binary_body(
+        [("logits", np.array([1.0, 2.0]), "FP64"), ("mask", np.array([1, 2]), "INT32")]
+    )
+    head_length = int(headers[HEADER])
+    head = json.loads(body[:head_length])
+    head["inputs"][1].update(datatype="BOOL", parameters={"binary_data_size": 2})
+    new_head = json.dumps(head).encode()
+    response = client.post(
+        "/v2/models/softmax/infer",
+        data=new_head + body[head_length:-8] + b"\x01\x02",
+        headers={HEADER: str(len(new_head))},
+    )
+    assert_problem(response, 400, field="mask", says="0 (false) and 1 (true)")
+
+
+@pytest.mark.parametrize(
+    ("request_body", "status", "field", "says"),
+    [
+        ({"inputs": []}, 400, "inputs", "non-empty"),
+        (
+            {"inputs": [{"name": "logit", "shape": [1], "datatype": "FP64", "data": [1]}]},
+            422,
+            "logit",
+            "logits",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [1], "datatype": "FP16", "data": [1]}]},
+            422,
+            "logits",
+            "FP64",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [1], "datatype": "COMPLEX", "data": [1]}]},
+            400,
+            "logits",
+            "datatype",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [3], "datatype": "FP64", "data": [1, 2]}]},
+            400,
+            "logits",
+            "3",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [2], "datatype": "FP64", "data": [1, "2"]}]},
+            422,
+            "logits",
+            "string",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [1, 1, 1, 1, 1], "datatype": "FP64", "data": [1]}]},
+            400,
+            "logits",
+            "4",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [-1], "datatype": "FP64", "data": [1]}]},
+            400,
+            "logits",
+            "shape",
+        ),
+        ({"inputs": [{"name": "logits", "shape": [1], "datatype": "FP64"}]}, 400, "logits", "data"),
+        (
+            {"inputs": [{"name": "mask", "shape": [1], "datatype": "BOOL", "data": [True]}]},
+            422,
+            "logits",
+            "missing",
+        ),
+        (
+            {
+                "inputs": [{"name": "logits", "shape": [2], "datatype": "FP64", "data": [1, 2]}],
+                "parameters": {"top_k": 0},
+            },
+            422,
+            "top_k",
+            "",
+        ),
+        (
+            {
+                "inputs": [{"name": "logits", "shape": [2], "datatype": "FP64", "data": [1, 2]}],
+                "parameters": {"tmp": 1},
+            },
+            422,
+            "tmp",
+            "temperature",
+        ),
+        (
+            {
+                "inputs": [{"name": "logits", "shape": [2], "datatype": "FP64", "data": [1, 2]}],
+                "outputs": [{"name": "x"}],
+            },
+            422,
+            "outputs",
+            "probabilities",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [2, 0], "datatype": "FP64", "data": []}]},
+            422,
+            "logits",
+            "empty",
+        ),
+        (
+            {
+                "inputs": [
+                    {"name": "logits", "shape": [2], "datatype": "FP64", "data": [1, 2]},
+                    {"name": "mask", "shape": [3], "datatype": "BOOL", "data": [True, True, False]},
+                ]
+            },
+            422,
+            "mask",
+            "[3]",
+        ),
+    ],
+)
+def test_bad_json_requests_name_the_tensor_or_parameter(
+    client: FlaskClient, request_body: dict[str, Any], status: int, field: str, says: str
+) -> None:
+    problem = assert_problem(
+        client.post("/v2/models/softmax/infer", json=request_body), status, field=field, says=says
+    )
+    assert problem["error"] == problem["detail"]
+
+
+def test_top_outputs_need_top_logprobs(client: FlaskClient) -> None:
+    inputs = [
+        json_tensor("logits", np.array([[1.0, 2.0]]), "FP64"),
+        json_tensor("targets", np.array([1]), "INT64"),
+    ]
+    response = client.post(
+        "/v2/models/log-likelihood/infer", json={"inputs": inputs, "outputs": [{"name": "top_tokens"}]}
+    )
+    assert_problem(response, 422, field="outputs", says="top_logprobs")
+
+
+def test_the_work_limit_and_the_body_limit_hold_on_v2() -> None:
+    app: Flask = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1000})
+    client = app.test_client()
+    body, headers = binary_body([("logits", np.zeros((20, 50)), "FP32")])  # 1,000 probabilities
+    assert client.post("/v2/models/softmax/infer", data=body, headers=headers).status_code == 200
+    body, headers = binary_body([("logits", np.zeros((20, 51)), "FP32")])  # 1,020
+    assert_problem(client.post("/v2/models/softmax/infer", data=body, headers=headers), 413, says="1,020")
+    client = create_app({"TESTING": True, "MAX_CONTENT_LENGTH": 4096}).test_client()
+    body, headers = binary_body([("logits", np.zeros((10, 60)), "FP64")])  # 4,800 bytes of data
+    assert_problem(client.post("/v2/models/softmax/infer", data=body, headers=headers), 413, says="4,096")
+
+
+def test_compressed_bodies_are_refused(client: FlaskClient) -> None:
+    response = client.post("/v2/models/softmax/infer", data=b"\x1f\x8b", headers={"Content-Encoding": "gzip"})
+    assert_problem(response, 415)
