@@ -39,12 +39,12 @@ $(NODE_STAMP): package-lock.json
 	touch $@
 
 lint: $(DEV_STAMP) $(NODE_STAMP)  ## ruff (Python) and Biome (the widgets' JS and CSS): lint and format check
-	$(BIN)/ruff check service tests bench deploy gunicorn.conf.py
-	$(BIN)/ruff format --check service tests bench deploy gunicorn.conf.py
+	$(BIN)/ruff check service tests bench deploy client gunicorn.conf.py
+	$(BIN)/ruff format --check service tests bench deploy client gunicorn.conf.py
 	$(BIOME) ci --colors=off .
 
 format: $(DEV_STAMP) $(NODE_STAMP)  ## rewrite Python, JS and CSS in the formatters' style (and apply safe lint fixes to JS)
-	$(BIN)/ruff format service tests bench deploy gunicorn.conf.py
+	$(BIN)/ruff format service tests bench deploy client gunicorn.conf.py
 	$(BIOME) check --write .
 
 typecheck: $(DEV_STAMP)

@@ -1,0 +1,25 @@
+"""A Python client for the attention service: NumPy arrays in and out, over the Open Inference Protocol.
+
+    >>> from attention_client import Client
+    >>> with Client("http://127.0.0.1:8000") as service:
+    ...     result = service.attention(query, key, value, causal=True)
+    ...     result.output, result.weights
+
+Sync (:class:`Client`) and async (:class:`AsyncClient`); every refusal raises :class:`ApiError`.
+"""
+
+from __future__ import annotations
+
+from attention_client._client import DEFAULT_BASE_URL, AsyncClient, Client
+from attention_client._errors import ApiError
+from attention_client._results import AttentionResult, LikelihoodResult, SoftmaxResult
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "ApiError",
+    "AsyncClient",
+    "AttentionResult",
+    "Client",
+    "LikelihoodResult",
+    "SoftmaxResult",
+]
