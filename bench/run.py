@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench import load
+from bench import load, v2
 from bench.bare import APP as BARE_APP
 from bench.cases import Case, all_cases, floor_bytes
 from deploy.launch import MIB, SERVICE_APP, Server, serving
@@ -51,6 +51,7 @@ WARMUP_BODIES = {
     "/v1/log-likelihood": orjson.dumps(LIKELIHOOD_EXAMPLE_REQUEST),
 }
 MEASURES = ("floor", "in_process", "http", "bare_http")
+V2_CASES = ("attention 512 weights", "attention 2048 output")  # the issue's /v2 targets
 
 
 @dataclass
@@ -92,11 +93,31 @@ def main(argv: list[str] | None = None) -> int:
             measure_times(row, budget, service_port=service.port, bare_port=bare.port)
             measure_throughput(row, budget, service, bare_port=bare.port)
             row.peak_rss = max(reading.peak for reading in service.memory().values())
+        v2_rows = [v2.V2Row(case) for case in cases if case.name in V2_CASES]
+        for v2_row in v2_rows:
+            v2.measure(
+                v2_row,
+                port=service.port,
+                base_url=service.base_url,
+                repeats=budget.repeats,
+                rounds=budget.rounds,
+                seconds=budget.seconds,
+            )
     for row in rows:
         measure_memory(row, settings)
+    for v2_row in v2_rows:
+        v2.measure_memory(v2_row, settings)
     precision = measure_precision(cases)
 
-    text = "\n\n".join([main_table(rows), precision_table(precision), targets_table(rows, precision)])
+    text = "\n\n".join(
+        [
+            main_table(rows),
+            precision_table(precision),
+            targets_table(rows, precision),
+            "Open Inference Protocol (/v2):\n\n" + v2.table(v2_rows),
+            v2.targets(v2_rows),
+        ]
+    )
     print("\n" + text)
     if args.markdown:
         args.markdown.write_text(f"{setup}\n\n{text}\n")
