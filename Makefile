@@ -62,13 +62,13 @@ clean:
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 bench: $(DEV_STAMP)  ## the benchmark suite: the service against the in-process and bare-Flask floors
-	$(BIN)/python -m bench
+	PYTHONPATH=client/src $(BIN)/python -m bench
 
 bench-smoke: $(DEV_STAMP)  ## every benchmark, a few repetitions each (CI; no timing is asserted)
-	$(BIN)/python -m bench --smoke
+	PYTHONPATH=client/src $(BIN)/python -m bench --smoke
 
 bench-tune: $(DEV_STAMP)  ## compare gunicorn settings (workers, threads, BLAS threads) on tiny and 512 requests
-	$(BIN)/python -m bench.tune
+	PYTHONPATH=client/src $(BIN)/python -m bench.tune
 
 # --- deployment (docs/operations.md) ---
 SOAK_SECONDS ?= 60
