@@ -37,11 +37,15 @@ def _available_cpus() -> int:
 
 
 workers = int(os.environ.get("WEB_CONCURRENCY", _available_cpus()))
-# One thread per worker (gunicorn's sync worker). More threads select the gthread worker, which keeps
-# connections alive, but under the 64-connection soak it served half the requests at 5x the p99 and
-# dropped a kept-alive connection; throughput in `make bench-tune` was the same. See docs/performance.md.
+# gevent workers: each connection is a greenlet, so idle, slowloris and slow-reading clients wait in the
+# worker's event loop instead of holding the worker (with sync workers, 64 idle connections or 4 slow
+# readers stalled /livez for the full timeout). Chosen by measurement against sync (alone and behind nginx),
+# gthread and a uvicorn worker: docs/performance.md, "Worker models" (python -m bench.workers).
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gevent")
+# Connections each gevent worker holds at once (gunicorn's default); past it, new ones wait in the backlog.
+worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
+# Threads only matter to the gthread worker ("sync" with more than one thread selects it).
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "sync")  # "sync" with threads > 1 means gthread
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "5"))
 # On SIGTERM, requests in flight get this long to finish before their worker is killed.

@@ -122,12 +122,15 @@ async def watch_memory(server: Server, deadline: float, memory: dict[int, list[i
         await asyncio.sleep(0.5)
 
 
-async def soak(server: Server, seconds: float, connections: int) -> tuple[Tally, dict[int, list[int]]]:
+async def soak(
+    server: Server, seconds: float, connections: int, *, base_url: str | None = None
+) -> tuple[Tally, dict[int, list[int]]]:
+    """The mix from ``connections`` keep-alive clients to ``base_url`` (the server itself, or a proxy)."""
     kinds = request_mix(random.Random(20240601))
     tally = Tally()
     memory: dict[int, list[int]] = {}
     limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    async with httpx.AsyncClient(base_url=server.base_url, limits=limits, timeout=60.0) as client:
+    async with httpx.AsyncClient(base_url=base_url or server.base_url, limits=limits, timeout=60.0) as client:
         deadline = time.monotonic() + seconds
         loops = [client_loop(client, kinds, random.Random(n), deadline, tally) for n in range(connections)]
         await asyncio.gather(watch_memory(server, deadline, memory), *loops)

@@ -101,7 +101,19 @@ def test_stale_metric_files_were_cleaned_at_start(server: Server, metrics_dir: P
     assert not (metrics_dir / "counter_999999.db").exists()
 
 
-def test_metrics_count_requests_across_both_workers(server: Server) -> None:
+@pytest.fixture(scope="module")
+def sync_server() -> Iterator[Server]:
+    """Two sync workers: each holds one request at a time, so four held requests must reach both.
+
+    (A gevent worker, the default, may take all four itself; the metrics add up the same either way.)
+    """
+    running = start(slow_app.APP, {"GUNICORN_WORKER_CLASS": "sync"}, workers=2)
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
+def test_metrics_count_requests_across_both_workers(sync_server: Server) -> None:
+    server = sync_server
     before = _requests_total(server, "/v1/softmax", "200")
     ids = [f"metrics-{n}" for n in range(4)]
 
