@@ -14,7 +14,7 @@ NODE_STAMP    := node_modules/.installed
 BIOME         := node_modules/.bin/biome
 
 .PHONY: run test lint format typecheck check openapi clean soak kubernetes-validate container-smoke screenshots \
-	bench bench-smoke bench-tune
+	bench bench-smoke bench-tune bench-workers attack scale-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,18 @@ SOAK_SECONDS ?= 60
 
 soak: $(DEV_STAMP)  ## 64 keep-alive connections against gunicorn for SOAK_SECONDS; fails on 5xx, drops, leaks
 	SOAK_SECONDS=$(SOAK_SECONDS) $(BIN)/python -m deploy.soak
+
+ATTACK_ARGS ?=
+SCALE_SLOW_SECONDS ?= 60
+
+attack: $(DEV_STAMP)  ## hostile clients against gunicorn under a 1 GiB address-space limit (deploy/attack.py)
+	$(BIN)/python -m deploy.attack $(ATTACK_ARGS)
+
+scale-check: $(DEV_STAMP)  ## deploy/nginx.conf (Debian's nginx) before 3 replicas; slow clients through it
+	$(BIN)/python -m deploy.scale --slow-seconds $(SCALE_SLOW_SECONDS)
+
+bench-workers: $(DEV_STAMP)  ## worker models side by side: slow clients, the soak, tiny requests
+	$(BIN)/python -m bench.workers
 
 kubernetes-validate: $(DEV_STAMP)  ## the manifests in deploy/kubernetes against the Kubernetes schemas, offline
 	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml

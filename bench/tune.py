@@ -19,12 +19,18 @@ from bench.run import markdown, ms, settings_line
 from deploy.launch import SERVICE_APP, serving
 
 CORES = os.cpu_count() or 1
+# The worker class is named in each (the default, gevent, is chosen by `python -m bench.workers`).
 CANDIDATES: list[dict[str, str]] = [
-    {"WEB_CONCURRENCY": str(CORES), "GUNICORN_THREADS": "1", "BLAS_THREADS": "1"},
-    {"WEB_CONCURRENCY": str(2 * CORES), "GUNICORN_THREADS": "1", "BLAS_THREADS": "1"},
-    {"WEB_CONCURRENCY": str(CORES), "GUNICORN_THREADS": "2", "BLAS_THREADS": "1"},
-    {"WEB_CONCURRENCY": str(CORES), "GUNICORN_THREADS": "4", "BLAS_THREADS": "1"},
-    {"WEB_CONCURRENCY": "1", "GUNICORN_THREADS": "1", "BLAS_THREADS": str(CORES)},
+    {"GUNICORN_WORKER_CLASS": "gevent", "WEB_CONCURRENCY": str(CORES), "BLAS_THREADS": "1"},
+    {"GUNICORN_WORKER_CLASS": "gevent", "WEB_CONCURRENCY": str(2 * CORES), "BLAS_THREADS": "1"},
+    {"GUNICORN_WORKER_CLASS": "sync", "WEB_CONCURRENCY": str(CORES), "BLAS_THREADS": "1"},
+    {
+        "GUNICORN_WORKER_CLASS": "gthread",
+        "WEB_CONCURRENCY": str(CORES),
+        "GUNICORN_THREADS": "4",
+        "BLAS_THREADS": "1",
+    },
+    {"GUNICORN_WORKER_CLASS": "gevent", "WEB_CONCURRENCY": "1", "BLAS_THREADS": str(CORES)},
 ]
 CONNECTIONS = 8
 SECONDS = 3.0
@@ -36,7 +42,7 @@ def main() -> int:
     tiny, mid = cases["tiny (seed example)"], cases["attention 512 weights"]
     body = []
     for candidate in CANDIDATES:
-        settings = {"GUNICORN_KEEPALIVE": "5", "GUNICORN_MAX_REQUESTS": "0", **candidate}
+        settings = {"GUNICORN_MAX_REQUESTS": "0", **candidate}
         with (
             serving(SERVICE_APP, settings, keep_stdout=False) as service,
             serving(BARE_APP, settings, keep_stdout=False) as bare,
@@ -58,11 +64,9 @@ def main() -> int:
             mid_rate = load.throughput(
                 service.port, mid.path, mid.raw, connections=CONNECTIONS, seconds=SECONDS
             )
-        kind = "sync" if candidate["GUNICORN_THREADS"] == "1" else "gthread"
         body.append(
             [
-                f"{kind}, {candidate['WEB_CONCURRENCY']} workers × {candidate['GUNICORN_THREADS']} threads, "
-                f"{candidate['BLAS_THREADS']} BLAS",
+                f"{service.config.describe()}, {candidate['BLAS_THREADS']} BLAS",
                 f"{np.median(rates):.0f}",
                 f"{np.median(bare_rates):.0f}",
                 f"{np.median(ratios):.2f}",

@@ -50,9 +50,9 @@ class Candidate:
 
 
 CANDIDATES = [
-    Candidate("sync", {}),
-    Candidate("sync behind nginx", {}, behind_nginx=True),
-    Candidate("gthread (4 threads)", {"GUNICORN_THREADS": "4"}),
+    Candidate("sync", {"GUNICORN_WORKER_CLASS": "sync"}),
+    Candidate("sync behind nginx", {"GUNICORN_WORKER_CLASS": "sync"}, behind_nginx=True),
+    Candidate("gthread (4 threads)", {"GUNICORN_WORKER_CLASS": "gthread", "GUNICORN_THREADS": "4"}),
     Candidate("gevent", {"GUNICORN_WORKER_CLASS": "gevent"}, needs=("gevent",)),
     Candidate(
         "uvicorn + a2wsgi",

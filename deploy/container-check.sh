@@ -50,6 +50,13 @@ echo -n "through 127.0.0.1:$PORT_OUT: "; python3 deploy/check_seed.py "http://12
 podman logs "$CID" 2>/dev/null | grep '"request_id":"seed-check"' | head -1 | python3 -c \
   'import json, sys; line = json.loads(sys.stdin.readline()); assert line["status"] == 200, line; print("access log line:", line)'
 
+# The default deployment must not stall under slow clients (README "Worker models"): 64 idle, then 64
+# slowloris connections, each time with 4 slow readers of a 6 MB answer, while /livez (1 s) and the worked
+# example (2 s) are probed every half second. Standard library only, so the host's python3 runs it.
+SLOW_SECONDS=${SLOW_SECONDS:-60}
+echo "slow clients against the image, ${SLOW_SECONDS} s each:"
+python3 -m deploy.slow_clients --port "$PORT_OUT" --seconds "$SLOW_SECONDS"
+
 podman stop -t 30 "$CID" >/dev/null
 exit_code=$(podman inspect -f '{{.State.ExitCode}}' "$CID")
 [ "$exit_code" = 0 ] || { podman logs "$CID" | tail -20; echo "FAIL: exit code $exit_code after SIGTERM"; exit 1; }

@@ -196,3 +196,30 @@ def run(
         attackers.stop()
     probes.failures.extend(attackers.errors)
     return probes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python3 -m deploy.slow_clients --port P``: the standard library only, so any Python can run it."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python3 -m deploy.slow_clients", description=__doc__)
+    parser.add_argument("--port", type=int, required=True, help="the server on 127.0.0.1")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    failed = False
+    for label, idle, slowloris in (("idle", 64, 0), ("slowloris", 0, 64)):
+        probes = run(args.port, seconds=args.seconds, idle=idle, slowloris=slowloris)
+        print(
+            f"{label} x64 + 4 slow readers for {args.seconds:.0f} s: "
+            f"/livez at most {probes.worst('livez'):.2f} s "
+            f"(bound {LIVEZ_BOUND_SECONDS:.0f} s), the worked example at most {probes.worst('seed'):.2f} s "
+            f"(bound {SEED_BOUND_SECONDS:.0f} s), {len(probes.latencies['livez'])} probes each, "
+            f"{len(probes.failures)} failures {probes.failures[:3]}",
+            flush=True,
+        )
+        failed = failed or bool(probes.failures)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

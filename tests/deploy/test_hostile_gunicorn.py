@@ -33,9 +33,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 def exchange(server: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send ``raw`` on a fresh connection and read the answer to the end (the sync worker closes it)."""
+    """Send ``raw`` on a fresh connection and read the answer to the end.
+
+    ``Connection: close`` is added to the head so the server closes after its answer: a gevent worker
+    (the default) would otherwise keep the connection alive for the next request.
+    """
+    request_line, _, rest = raw.partition(b"\r\n")
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(raw)
+        sock.sendall(request_line + b"\r\nConnection: close\r\n" + rest)
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk

@@ -1,0 +1,363 @@
+"""``make attack``: hostile clients against gunicorn on 127.0.0.1, bounded in count and in time.
+
+Starts the service as deployed (gunicorn.conf.py, its default worker) with every process held to an
+address-space limit (1 GiB by default, ``setrlimit(RLIMIT_AS)``), optionally with its metrics directory on
+a 16 MiB tmpfs (``--metrics-tmpfs``, root only, as the Kubernetes manifest's in-memory ``/tmp``), and runs:
+
+- **cardinality flood**: made-up methods, paths and request ids for ``--flood-seconds``; then ``/metrics``
+  must be under 100 KB;
+- **amplification**: small bodies that ask for large answers (broadcasting, ``empty_rows: "zero"``) and a
+  body of many unknown fields: each must get a 413/422 or be answered, and no worker may die;
+- **slow clients**: 64 idle, then 64 slowloris connections, each with 4 slow readers of a 6 MB answer, while
+  ``/livez`` (1 s) and the worked example (2 s) are probed (deploy/slow_clients.py);
+- **Content-Length lies**: shorter bodies than claimed (closed, and held open), a claim of 2^64;
+- **malformed chunked bodies** and **unknown content encodings**.
+
+It fails on any worker death, any 500, any probe slower than its bound, any answer the app wrote (it
+carries the request's ``X-Request-ID``) without its JSON log line, and any attack-specific rule above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import socket
+import string
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy import slow_clients
+from deploy.launch import MIB, Server, start
+
+GIB = 1024 * MIB
+METRICS_LIMIT_BYTES = 100_000
+TMPFS_BYTES = 16 * MIB
+
+
+@dataclass
+class Report:
+    """Every answer by attack and status, the request ids the app answered, and what went wrong."""
+
+    statuses: Counter[tuple[str, int]] = field(default_factory=Counter)
+    app_answered: set[str] = field(default_factory=set)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    sent = 0
+
+    def fail(self, message: str) -> None:
+        print(f"  FAIL {message}", flush=True)
+        self.failures.append(message)
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def exchange(port: int, raw: bytes, *, timeout: float = 30.0, hold: float = 0.0) -> Answer | None:
+    """Send ``raw`` on a fresh connection (``Connection: close`` added) and read the answer to its end.
+
+    ``hold`` seconds of silence follow the request before anything is read (a client that lied about its
+    body and waits). None when the server closed the connection without answering.
+    """
+    request_line, _, rest = raw.partition(b"\r\n")
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(request_line + b"\r\nConnection: close\r\n" + rest)
+        if hold:
+            time.sleep(hold)
+        answer = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(1 << 20):
+                answer += chunk
+    if not answer:
+        return None
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return Answer(int(status_line.split()[1]), headers, body)
+
+
+class Attack:
+    def __init__(self, server: Server, report: Report) -> None:
+        self.server = server
+        self.report = report
+        self.counter = 0
+
+    def request_id(self, kind: str) -> str:
+        self.counter += 1
+        return f"attack-{kind}-{self.counter}"
+
+    def send(
+        self,
+        kind: str,
+        head: str,
+        body: bytes = b"",
+        *,
+        expect: set[int] | None = None,
+        hold: float = 0.0,
+        answer_expected: bool = True,
+    ) -> Answer | None:
+        """Send one request (``head``: no request id, no final blank line) and judge its answer."""
+        request_id = self.request_id(kind)
+        raw = f"{head}\r\nX-Request-ID: {request_id}\r\n\r\n".encode("latin-1") + body
+        self.report.sent += 1
+        try:
+            answer = exchange(self.server.port, raw, hold=hold)
+        except OSError as error:
+            self.report.fail(f"{kind}: {type(error).__name__}: {error}")
+            return None
+        if answer is None:
+            if answer_expected:
+                self.report.fail(f"{kind}: the connection was closed without an answer")
+            return None
+        self.report.statuses[(kind, answer.status)] += 1
+        if answer.headers.get("x-request-id") == request_id:
+            self.report.app_answered.add(request_id)
+        if answer.status >= 500:
+            self.report.fail(f"{kind}: {answer.status} {answer.body[:200]!r}")
+        elif expect is not None and answer.status not in expect:
+            self.report.fail(
+                f"{kind}: {answer.status}, expected one of {sorted(expect)}: {answer.body[:200]!r}"
+            )
+        return answer
+
+
+def post_head(path: str, length: int, *extra: str) -> str:
+    lines = [f"POST {path} HTTP/1.1", "Host: attack", "Content-Type: application/json"]
+    return "\r\n".join([*lines, f"Content-Length: {length}", *extra])
+
+
+def cardinality_flood(attack: Attack, seconds: float) -> None:
+    """Made-up methods, paths, query strings and ids, as fast as one client sends them."""
+    rng = random.Random(9)
+    deadline = time.monotonic() + seconds
+    sent = 0
+    while time.monotonic() < deadline:
+        method = "".join(rng.choices(string.ascii_uppercase, k=rng.randint(3, 20)))
+        token = "".join(rng.choices(string.ascii_lowercase + string.digits, k=12))
+        path = rng.choice([f"/{token}", f"/v1/{token}", "/livez", "/v1/attention", f"/static/{token}.js"])
+        attack.send("flood", f"{method} {path}?{token}={token} HTTP/1.1\r\nHost: attack")
+        sent += 1
+    metrics = exchange(attack.server.port, b"GET /metrics HTTP/1.1\r\nHost: attack\r\n\r\n", timeout=60)
+    size = len(metrics.body) if metrics else -1
+    attack.report.notes.append(
+        f"cardinality flood: {sent} requests in {seconds:.0f} s, /metrics {size:,} bytes"
+    )
+    if metrics is None or metrics.status != 200:
+        attack.report.fail(f"/metrics after the flood: {metrics.status if metrics else 'no answer'}")
+    elif size >= METRICS_LIMIT_BYTES:
+        attack.report.fail(f"/metrics is {size:,} bytes after the flood (limit {METRICS_LIMIT_BYTES:,})")
+
+
+def _nested(shape: list[int], value: float) -> object:
+    if not shape:
+        return value
+    return [_nested(shape[1:], value) for _ in range(shape[0])]
+
+
+def amplification(attack: Attack) -> None:
+    """Small bodies that ask for large answers, and a body of many unknown fields."""
+    broadcast = {
+        "query": _nested([16, 1, 16, 1], 0.5),
+        "key": _nested([1, 256, 1, 1], 0.25),
+        "value": _nested([1, 256], 1.0),
+        "include": [],
+    }
+    # 4096 x 4096 scores: exactly the default MAX_WORK_ELEMENTS; about 37 KB in, 300 MB of weights out
+    wide = 4096
+    square = {
+        "query": _nested([wide, 1], 1.0),
+        "key": _nested([wide, 1], 1.0),
+        "value": _nested([wide, 1], 1.0),
+        "empty_rows": "zero",
+    }
+    unknown = b"{" + b",".join(b'"f%d":0' % n for n in range(400_000)) + b"}"
+    for name, body in (
+        ("amplify-broadcast", json.dumps(broadcast).encode()),
+        ("amplify-weights", json.dumps(square).encode()),
+    ):
+        attack.send(name, post_head("/v1/attention", len(body)), body, expect={200, 413, 422})
+    attack.send("unknown-fields", post_head("/v1/attention", len(unknown)), unknown, expect={413, 422})
+
+
+def content_length_lies(attack: Attack) -> None:
+    short = b'{"logits": [1.0'
+    # claims more than it sends, then closes its side: nothing to answer (the client is gone), no 500
+    request_id = attack.request_id("short-closed")
+    with socket.create_connection(("127.0.0.1", attack.server.port), timeout=10) as sock:
+        head = post_head("/v1/softmax", 100, f"X-Request-ID: {request_id}") + "\r\n\r\n"
+        sock.sendall(head.encode() + short)
+        sock.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(OSError):
+            while sock.recv(65536):
+                pass
+    attack.report.sent += 1
+    # claims more than it sends and waits: the service cannot know the rest will never come, so it may
+    # wait as long as the client does; meanwhile everyone else must be answered, and nothing may be a 500
+    request_id = attack.request_id("short-held")
+    with socket.create_connection(("127.0.0.1", attack.server.port), timeout=10) as sock:
+        head = post_head("/v1/softmax", 100, f"X-Request-ID: {request_id}") + "\r\n\r\n"
+        sock.sendall(head.encode() + short)
+        attack.report.sent += 1
+        for _ in range(5):
+            attack.send("probe-during-lie", "GET /livez HTTP/1.1\r\nHost: attack", expect={200})
+            time.sleep(1.0)
+        sock.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            early = sock.recv(65536)
+            if early.startswith(b"HTTP/1.1 5"):
+                attack.report.fail(f"short-held: {early[:200]!r}")
+    for claim in (2**64, 2**64 + 1, 10**30):
+        attack.send(
+            "content-length-huge",
+            post_head("/v1/softmax", claim),
+            b"{}",
+            expect={400, 413},
+            answer_expected=True,
+        )
+
+
+def malformed_chunked(attack: Attack) -> None:
+    head = (
+        "POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked"
+    )
+    for name, chunks in (
+        ("chunked-size-not-hex", b"zz\r\n{}\r\n0\r\n\r\n"),
+        ("chunked-missing-terminator", b"2\r\n{}XX0\r\n\r\n"),
+        ("chunked-negative-size", b"-2\r\n{}\r\n0\r\n\r\n"),
+    ):
+        attack.send(name, head, chunks, expect={400})
+
+
+def unknown_encodings(attack: Attack) -> None:
+    body = b'{"logits": [1.0, 2.0]}'
+    for encoding in ("gzip", "br", "x-made-up", "gzip, deflate"):
+        attack.send(
+            f"encoding-{encoding}",
+            post_head("/v1/softmax", len(body), f"Content-Encoding: {encoding}"),
+            body,
+            expect={400, 415},
+        )
+
+
+def slow(attack: Attack, seconds: float) -> None:
+    for label, idle, slowloris in (("idle", 64, 0), ("slowloris", 0, 64)):
+        probes = slow_clients.run(attack.server.port, seconds=seconds, idle=idle, slowloris=slowloris)
+        attack.report.notes.append(
+            f"{label} + 4 slow readers for {seconds:.0f} s: /livez at most {probes.worst('livez'):.2f} s, "
+            f"the worked example at most {probes.worst('seed'):.2f} s "
+            f"({len(probes.latencies['livez'])} probes each)"
+        )
+        for failure in probes.failures:
+            attack.report.fail(f"slow clients ({label}): {failure}")
+
+
+@contextlib.contextmanager
+def metrics_on_tmpfs(enabled: bool) -> Iterator[dict[str, str]]:
+    """A 16 MiB tmpfs for PROMETHEUS_MULTIPROC_DIR (needs root), else the launcher's own directory."""
+    if not enabled:
+        yield {}
+        return
+    directory = Path(tempfile.mkdtemp(prefix="attention-metrics-tmpfs-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(directory)], check=True)
+    try:
+        yield {"PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    finally:
+        subprocess.run(["umount", str(directory)], check=False)
+        directory.rmdir()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.attack", description=__doc__)
+    parser.add_argument("--short", action="store_true", help="the CI version: 10 s flood, 10 s slow clients")
+    parser.add_argument("--flood-seconds", type=float, default=60.0)
+    parser.add_argument("--slow-seconds", type=float, default=60.0)
+    parser.add_argument("--address-space", type=int, default=GIB, help="bytes per process (0: no limit)")
+    parser.add_argument(
+        "--skip",
+        nargs="*",
+        default=[],
+        help="attacks not to run: flood amplification lies chunked encodings slow",
+    )
+    parser.add_argument("--metrics-tmpfs", action="store_true", help="metrics on a 16 MiB tmpfs (root)")
+    args = parser.parse_args(argv)
+    if args.short:
+        args.flood_seconds, args.slow_seconds = 10.0, 10.0
+    report = Report()
+    with metrics_on_tmpfs(args.metrics_tmpfs) as env:
+        server = start(
+            env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=args.address_space or None
+        )
+        try:
+            workers = server.worker_pids()
+            print(
+                f"attack: 127.0.0.1:{server.port}, {server.config.describe()}, address space "
+                f"{args.address_space / GIB:.2f} GiB per process, metrics on "
+                f"{'a 16 MiB tmpfs' if env else 'disk'}",
+                flush=True,
+            )
+            attack = Attack(server, report)
+            attacks: list[tuple[str, Callable[[], None]]] = [
+                ("flood", lambda: cardinality_flood(attack, args.flood_seconds)),
+                ("amplification", lambda: amplification(attack)),
+                ("lies", lambda: content_length_lies(attack)),
+                ("chunked", lambda: malformed_chunked(attack)),
+                ("encodings", lambda: unknown_encodings(attack)),
+                ("slow", lambda: slow(attack, args.slow_seconds)),
+            ]
+            for name, run in attacks:
+                if name in args.skip:
+                    report.notes.append(f"{name}: skipped (--skip)")
+                    continue
+                started = time.monotonic()
+                print(f"- {name}", flush=True)
+                run()
+                print(f"  ({time.monotonic() - started:.1f} s)", flush=True)
+            time.sleep(1.0)  # the last log lines are flushed
+            if server.worker_pids() != workers or server.stderr_contains("Booting worker"):
+                replaced = [line for line in server.stderr if "Booting worker" in line or "SIG" in line]
+                if set(workers) != server.worker_pids():
+                    report.fail(
+                        f"workers died: {sorted(workers)} -> {sorted(server.worker_pids())}: {replaced[-5:]}"
+                    )
+            logged = {
+                line.get("request_id")
+                for line in (json.loads(text) for text in list(server.stdout) if text.startswith("{"))
+            }
+            missing = sorted(report.app_answered - logged)
+            if missing:
+                report.fail(f"{len(missing)} answers without their log line, e.g. {missing[:5]}")
+        finally:
+            exit_code = server.terminate()
+    if exit_code != 0:
+        report.fail(f"gunicorn exited {exit_code} on SIGTERM")
+    print("\nstatuses by attack:")
+    for (kind, status), count in sorted(report.statuses.items()):
+        print(f"  {kind:28} {status}  x{count}")
+    for note in report.notes:
+        print(f"  {note}")
+    print(f"{report.sent} requests sent, {len(report.app_answered)} answered by the app")
+    if report.failures:
+        print(f"ATTACK FAILED ({len(report.failures)} failures)")
+        for failure in report.failures[:30]:
+            print(f"  - {failure}")
+        print(server.log(20))
+        return 1
+    print("ATTACK OK")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
