@@ -20,7 +20,8 @@ HOST_PORT=${HOST_PORT:-$(free_port)} IMAGE=$IMAGE HEALTH_PATH=/readyz COMPOSE_UP
   bash "$SMOKE" .
 
 echo
-echo "== scale profile: docker-compose config (nginx cannot be pulled here, so it is validated, not started)"
+echo "== scale profile: docker-compose config (the nginx image cannot be pulled here: make scale-check runs"
+echo "   deploy/nginx.conf with Debian's nginx on the host instead)"
 docker-compose -f docker-compose.yml --profile scale config --services | tr '\n' ' '; echo
 docker-compose -f docker-compose.yml --profile scale config -q && echo "scale profile: valid"
 
