@@ -86,7 +86,7 @@ scale-check: $(DEV_STAMP)  ## deploy/nginx.conf (Debian's nginx) before 3 replic
 	$(BIN)/python -m deploy.scale --slow-seconds $(SCALE_SLOW_SECONDS)
 
 bench-workers: $(DEV_STAMP)  ## worker models side by side: slow clients, the soak, tiny requests
-	$(BIN)/python -m bench.workers
+	PYTHONPATH=client/src $(BIN)/python -m bench.workers
 
 kubernetes-validate: $(DEV_STAMP)  ## the manifests in deploy/kubernetes against the Kubernetes schemas, offline
 	$(BIN)/kubernetes-validate --strict --quiet deploy/kubernetes/*.yaml
