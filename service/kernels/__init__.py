@@ -1,8 +1,13 @@
-"""Pure-NumPy numerical kernels: attention, softmax and sequence log-likelihood."""
+"""Pure-NumPy numerical kernels: attention, softmax and sequence log-likelihood.
+
+The implementation lives in private modules (``_attention``, ``_softmax``, ``_likelihood``, ``_visibility``,
+``_common``, ``_errors``), as in SciPy's ``scipy.special`` and JAX's ``jax.nn``; this package re-exports the
+public names, so that ``service.kernels.attention`` is the function and no module shadows it.
+"""
 
 from __future__ import annotations
 
-from service.kernels.attention import (
+from service.kernels._attention import (
     AttentionResult,
     AttentionShapes,
     CausalAlignment,
@@ -10,14 +15,20 @@ from service.kernels.attention import (
     attention,
     attention_shapes,
 )
-from service.kernels.errors import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
-from service.kernels.likelihood import (
+from service.kernels._errors import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
+from service.kernels._likelihood import (
     MAX_TOP_LOGPROBS,
     LikelihoodResult,
     likelihood_shapes,
     sequence_log_likelihood,
 )
-from service.kernels.softmax import SoftmaxResult, log_softmax, softmax, softmax_shapes
+from service.kernels._softmax import (
+    SoftmaxResult,
+    log_softmax,
+    softmax,
+    softmax_shapes,
+    tempered_log_softmax,
+)
 
 __all__ = [
     "MAX_TOP_LOGPROBS",
@@ -38,4 +49,5 @@ __all__ = [
     "sequence_log_likelihood",
     "softmax",
     "softmax_shapes",
+    "tempered_log_softmax",
 ]

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import math
-from typing import Any, TypeAlias
+from typing import TypeAlias, TypeVar
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike, DTypeLike, NDArray
 
-from service.kernels.errors import KernelError, NumericalOverflowError
+from service.kernels._errors import KernelError, NumericalOverflowError
 
-FloatArray: TypeAlias = NDArray[np.floating[Any]]
+# The kernels compute in float32 or float64, chosen per call; these aliases say so without ``Any``.
+FloatArray: TypeAlias = NDArray[np.float32] | NDArray[np.float64]
+FloatDType: TypeAlias = np.dtype[np.float32] | np.dtype[np.float64]
+Float: TypeAlias = np.float32 | np.float64
 BoolArray: TypeAlias = NDArray[np.bool_]
 IntArray: TypeAlias = NDArray[np.int64]
-DTypeArg: TypeAlias = np.dtype[Any] | type[Any]
+DTypeArg: TypeAlias = DTypeLike
+# A float or boolean array whose exact type a helper hands back (slicing and broadcasting keep the dtype).
+ArrayT = TypeVar("ArrayT", bound=np.ndarray[tuple[int, ...], np.dtype[np.generic]])
 
 # Temporaries of this many elements (8 MB in float64) keep the working set cache- and memory-friendly.
 BLOCK_ELEMENTS = 1 << 20
@@ -22,18 +27,20 @@ BLOCK_ELEMENTS = 1 << 20
 LISTED_EMPTY_ROWS = 10
 
 
-def resolve_float_dtype(dtype: DTypeArg) -> np.dtype[np.floating[Any]]:
+def resolve_float_dtype(dtype: DTypeArg) -> FloatDType:
     """``dtype`` as a NumPy dtype, which must be float32 or float64."""
     try:
         resolved = np.dtype(dtype)
     except TypeError:
         raise KernelError(f"dtype must be float32 or float64, got {dtype!r}", field="dtype") from None
-    if resolved not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise KernelError(f"dtype must be float32 or float64, got {resolved}", field="dtype")
-    return resolved
+    if resolved == np.float32:
+        return np.dtype(np.float32)
+    if resolved == np.float64:
+        return np.dtype(np.float64)
+    raise KernelError(f"dtype must be float32 or float64, got {resolved}", field="dtype")
 
 
-def as_float_array(values: ArrayLike, dtype: np.dtype[np.floating[Any]], *, field: str) -> FloatArray:
+def as_float_array(values: ArrayLike, dtype: FloatDType, *, field: str) -> FloatArray:
     """``values`` cast to ``dtype`` (no copy when it already is one).
 
     Entries too large for ``dtype`` become inf here; the kernels decide whether that matters (a hidden
@@ -41,15 +48,17 @@ def as_float_array(values: ArrayLike, dtype: np.dtype[np.floating[Any]], *, fiel
     """
     try:
         with np.errstate(over="ignore"):
-            array: FloatArray = np.asarray(values, dtype=dtype)
+            array: FloatArray = (
+                np.asarray(values, dtype=np.float32)
+                if dtype == np.float32
+                else np.asarray(values, dtype=np.float64)
+            )
     except (TypeError, ValueError):
         raise KernelError(f"{field} must be a rectangular array of numbers", field=field) from None
     return array
 
 
-def overflow_error(
-    what: str, dtype: np.dtype[np.floating[Any]], *, field: str | None
-) -> NumericalOverflowError:
+def overflow_error(what: str, dtype: FloatDType, *, field: str | None) -> NumericalOverflowError:
     """The error for a non-finite result, with the advice that applies to every overflow."""
     limit = float(np.finfo(dtype).max)
     return NumericalOverflowError(

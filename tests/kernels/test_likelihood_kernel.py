@@ -11,8 +11,13 @@ from hypothesis import assume, given, settings
 from numpy.typing import NDArray
 from scipy.special import log_softmax
 
-from service.kernels import KernelError, NumericalOverflowError, ShapeError, sequence_log_likelihood
-from service.kernels.likelihood import likelihood_shapes
+from service.kernels import (
+    KernelError,
+    NumericalOverflowError,
+    ShapeError,
+    likelihood_shapes,
+    sequence_log_likelihood,
+)
 from tests.references import IGNORE, likelihood_cases, reference_sequence
 
 FAST = settings(max_examples=50, deadline=None)

@@ -21,8 +21,9 @@ from service.kernels import (
     ShapeError,
     log_softmax,
     softmax,
+    softmax_shapes,
+    tempered_log_softmax,
 )
-from service.kernels.softmax import softmax_shapes
 from tests.references import logits_cases, nucleus_is_ambiguous, reference_row
 
 FAST = settings(max_examples=50, deadline=None)
@@ -321,4 +322,37 @@ def test_log_softmax_agrees_with_scipy_across_temperatures(temperature: float) -
     # A span beyond the float range comes back into it at a high temperature.
     np.testing.assert_allclose(
         log_softmax([1e308, -1e308], temperature=1e308), scipy_log_softmax([1.0, -1.0]), rtol=1e-12
+    )
+
+
+@pytest.mark.parametrize("temperature", [0.25, 1.0, 2.5])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_rows_numbers_do_not_depend_on_the_other_rows(temperature: float, dtype: type) -> None:
+    # The order of dividing and shifting depends on the temperature alone: a row beyond the float range
+    # elsewhere in the batch (which once switched the whole batch to dividing first) changes nothing.
+    row = np.random.default_rng(11).normal(scale=5.0, size=9)
+    big = 0.9 * float(np.finfo(dtype).max)
+    wide = [big, -big] + [0.0] * 7  # its span overflows
+    alone = softmax([row], temperature=temperature, dtype=dtype)
+    batched = softmax([row, wide], temperature=temperature, dtype=dtype)
+    np.testing.assert_array_equal(batched.probabilities[0], alone.probabilities[0])
+    np.testing.assert_array_equal(batched.log_probabilities[0], alone.log_probabilities[0])
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1e-3, 0.5, 1.0, 2.0, 40.0])
+def test_tempered_log_softmax_hides_entries_and_agrees_with_scipy(temperature: float) -> None:
+    logits = np.random.default_rng(12).normal(scale=3.0, size=(4, 6))
+    visible = np.random.default_rng(13).random((4, 6)) < 0.7
+    visible[:, 2] = True
+    result = tempered_log_softmax(logits, temperature, visible=visible)
+    for row, shown, got in zip(logits, visible, result, strict=True):
+        assert np.isneginf(got[~shown]).all()
+        if temperature == 0:  # the greedy limit: the maximum takes all (no ties in random normals)
+            expected = np.where(row[shown] == row[shown].max(), 0.0, -np.inf)
+        else:
+            expected = scipy_log_softmax(row[shown] / temperature)
+        np.testing.assert_allclose(got[shown], expected, rtol=1e-12, atol=1e-12)
+    # Along another axis, as the library form log_softmax allows.
+    np.testing.assert_allclose(
+        tempered_log_softmax(logits, 2.0, axis=0), scipy_log_softmax(logits / 2.0, axis=0), rtol=1e-12
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -13,16 +13,17 @@ from service.kernels._common import (
     BoolArray,
     DTypeArg,
     FloatArray,
+    FloatDType,
     IntArray,
     as_float_array,
     check_finite_scalar,
     check_int,
-    divide_by_temperature,
     overflow_error,
     resolve_float_dtype,
     rows_per_block,
 )
-from service.kernels.errors import KernelError, ShapeError, format_shape
+from service.kernels._errors import KernelError, ShapeError, format_shape
+from service.kernels._softmax import tempered_log_softmax
 
 MAX_TOP_LOGPROBS = 20
 
@@ -124,30 +125,15 @@ def sequence_log_likelihood(
         targets_column = scored_targets[start:stop, np.newaxis]
         # Ranks and top ids compare the logits themselves: a temperature does not change their order, and
         # dividing by a small one would round distinct logits to the same -inf.
-        target_logits = np.take_along_axis(rows, targets_column, axis=-1)
+        target_logits = cast("FloatArray", np.take_along_axis(rows, targets_column, axis=-1))
         ranks[start:stop] = 1 + np.count_nonzero(rows > target_logits, axis=-1)
         if k:
             top_ids[start:stop] = _top_ids(rows, k)
-        # As in softmax: dividing the max-shifted logits by a small temperature can only underflow towards
-        # -inf, never overflow (so 1e-310 still scores the row max as 0); a temperature above 1 divides
-        # first, which cannot overflow and may bring a span beyond the float range back into it. Logits
-        # whose span stays beyond the range shift to -inf (probability 0).
-        if temperature > 1:
-            divide_by_temperature(rows, temperature)
-        with np.errstate(over="ignore", under="ignore"):
-            rows -= rows.max(axis=-1, keepdims=True)
-        if temperature < 1:
-            divide_by_temperature(rows, temperature)
-        # Same operation order as log_softmax: shifted - log(sum(exp(shifted))).
-        target_shifted = np.take_along_axis(rows, targets_column, axis=-1)
+        # The same helper as /v1/softmax, so the same logits and temperature give the same bits.
+        log_probabilities = tempered_log_softmax(rows, temperature)
+        logprobs[start:stop] = np.take_along_axis(log_probabilities, targets_column, axis=-1)[:, 0]
         if k:
-            top_values[start:stop] = np.take_along_axis(rows, top_ids[start:stop], axis=-1)
-        with np.errstate(under="ignore"):
-            np.exp(rows, out=rows)
-        log_total = np.log(rows.sum(axis=-1, keepdims=True))  # >= 0: each row holds exp(0) = 1
-        logprobs[start:stop] = (target_shifted - log_total)[:, 0]
-        if k:
-            top_values[start:stop] -= log_total  # -inf stays -inf (probability 0), never NaN
+            top_values[start:stop] = np.take_along_axis(log_probabilities, top_ids[start:stop], axis=-1)
         if np.isneginf(logprobs[start:stop]).any():
             raise overflow_error("the log-probability of a target token", float_dtype, field="logits")
 
@@ -176,7 +162,7 @@ def _as_token_ids(targets: ArrayLike) -> IntArray:
 def _top_ids(tempered: FloatArray, k: int) -> IntArray:
     """The ``k`` largest entries of each row, by value descending then id ascending."""
     candidates = np.argpartition(-tempered, k - 1, axis=-1)[:, :k]
-    values = np.take_along_axis(tempered, candidates, axis=-1)
+    values = cast("FloatArray", np.take_along_axis(tempered, candidates, axis=-1))
     # argpartition picks arbitrarily among values tied with the k-th largest; where such a tie extends
     # beyond the chosen k, redo that row with a full stable sort so that lower ids win.
     kth = values.min(axis=-1, keepdims=True)
@@ -196,7 +182,7 @@ def _summarize(
     ranks: IntArray,
     top: tuple[IntArray, FloatArray] | None,
     shape: tuple[int, ...],
-    dtype: np.dtype[np.floating[Any]],
+    dtype: FloatDType,
 ) -> LikelihoodResult:
     """Scatter per-scored-token results back to ``shape`` and reduce them per sequence."""
     token_logprobs = np.full(shape, np.nan, dtype=dtype)
@@ -204,7 +190,9 @@ def _summarize(
     token_ranks = np.zeros(shape, dtype=np.int64)
     token_ranks.reshape(-1)[scored_positions] = ranks
 
-    log_likelihood = np.asarray(np.where(scored, token_logprobs, 0).sum(axis=-1), dtype=dtype)
+    log_likelihood = cast(
+        "FloatArray", np.asarray(np.where(scored, token_logprobs, 0).sum(axis=-1), dtype=dtype)
+    )
     num_tokens = np.asarray(scored.sum(axis=-1), dtype=np.int64)
     has_tokens = num_tokens > 0
     mean_nll = np.full(num_tokens.shape, np.nan, dtype=dtype)

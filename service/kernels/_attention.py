@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from types import EllipsisType
+from typing import Literal, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from service.kernels._common import (
     LISTED_EMPTY_ROWS,
+    ArrayT,
     BoolArray,
     DTypeArg,
+    Float,
     FloatArray,
+    FloatDType,
     IntArray,
     as_bool_mask,
     as_float_array,
@@ -27,9 +30,9 @@ from service.kernels._common import (
     resolve_float_dtype,
     rows_per_block,
 )
-from service.kernels.errors import EmptyRowError, KernelError, ShapeError, describe_rows, format_shape
+from service.kernels._errors import EmptyRowError, KernelError, ShapeError, describe_rows, format_shape
+from service.kernels._visibility import Band, CausalAlignment, empty_row_flags, hidden_keys, row_block
 
-CausalAlignment = Literal["lower_right", "upper_left"]
 EmptyRowPolicy = Literal["error", "zero"]
 
 
@@ -189,9 +192,12 @@ def attention(
 ) -> AttentionResult:
     """``softmax(Q Kᵀ · scale + bias, over visible keys) @ V`` with broadcasting over leading dimensions.
 
-    ``mask`` is True where a query may attend to a key; ``causal`` further hides later keys. Without
-    weights or scores requested, query rows (and, for a large batch, batch entries) are processed in
-    blocks so that temporaries stay small.
+    Shapes: ``query [..., n, d_k]`` (or ``[d_k]``, one query), ``key [..., m, d_k]``, ``value [..., m, d_v]``,
+    ``mask`` and ``bias`` broadcastable to ``[..., n, m]``; the output is ``[..., n, d_v]``, the optional
+    ``weights``/``scores`` ``[..., n, m]`` and ``logsumexp`` ``[..., n]`` (without the ``n`` axis for one
+    query). ``mask`` is True where a query may attend to a key; ``causal`` further hides later keys (see
+    :mod:`service.kernels._visibility` for the alignment). Without weights or scores requested, query rows
+    (and, for a large batch, batch entries) are processed in blocks so that temporaries stay small.
     """
     float_dtype = resolve_float_dtype(dtype)
     if causal_alignment not in ("lower_right", "upper_left"):
@@ -217,215 +223,222 @@ def attention(
         bias_shape=None if b is None else b.shape,
     )
     scale = 1.0 / math.sqrt(shapes.d_k) if scale is None else check_finite_scalar(scale, field="scale")
+    if abs(scale) > float(np.finfo(float_dtype).max):  # checked first: the float32 cast would give inf
+        raise overflow_error(f"the scale {scale:g}", float_dtype, field="scale")
 
     if shapes.single_query:
         # Internally a single query is one row; the axis is dropped again from every output.
         q = q[np.newaxis, :]
         visible = None if visible is None or visible.ndim == 0 else visible[..., np.newaxis, :]
         b = None if b is None or b.ndim == 0 else b[..., np.newaxis, :]
-    causal_offset = None if not causal else (shapes.m - shapes.n if causal_alignment == "lower_right" else 0)
-
-    index_rank = len(shapes.batch) + (0 if shapes.single_query else 1)
-    if visible is None and shapes.m > 0 and (causal_offset is None or causal_offset >= 0):
-        empty_indices = np.empty((0, index_rank), dtype=np.int64)  # every row sees key 0; skips ~9 µs
-    else:
-        empty_flags = _empty_row_flags(visible, shapes, causal_offset)
-        if shapes.single_query:
-            empty_flags = empty_flags[..., 0]
-        if empty_rows == "error" and (count := int(np.count_nonzero(empty_flags))):
-            # Only the first few are indexed: listing millions of rows would cost seconds and gigabytes.
-            listed = first_indices(empty_flags, LISTED_EMPTY_ROWS)
-            raise EmptyRowError(
-                _empty_rows_message(listed, count, causal_offset, shapes),
-                rows=listed,
-                count=count,
-                field="mask" if visible is not None else "causal",  # blame what the caller sent
-            )
-        empty_indices = np.argwhere(empty_flags).astype(np.int64, copy=False)
-
-    hidden = None if visible is None else ~visible
-    result = _attend(
-        q,
-        k,
-        v,
-        hidden=hidden,
-        bias=b,
-        causal_offset=causal_offset,
-        scale=scale,
+    plan = AttentionPlan(
         shapes=shapes,
         dtype=float_dtype,
+        # A scale that underflows to 0 in float32 is kept: all scores 0 (plus bias) is the float32 answer.
+        scale=float_dtype.type(scale),
+        band=Band.build(n=shapes.n, m=shapes.m, causal=causal, alignment=causal_alignment),
         block_rows=block_rows,
         return_weights=return_weights,
         return_scores=return_scores,
         return_logsumexp=return_logsumexp,
     )
-    output, weights, scores, logsumexp = result
+    empty_indices = _empty_rows(plan, visible, policy=empty_rows)
+    outputs = _attend(_Operands(query=q, key=k, value=v, visible=visible, bias=b), plan)
     if shapes.single_query:
-        output = output[..., 0, :]
-        weights = None if weights is None else weights[..., 0, :]
-        scores = None if scores is None else scores[..., 0, :]
-        logsumexp = None if logsumexp is None else logsumexp[..., 0]
+        outputs = outputs.first_row()
     return AttentionResult(
-        output=output,
-        weights=weights,
-        scores=scores,
-        logsumexp=logsumexp,
+        output=outputs.output,
+        weights=outputs.weights,
+        scores=outputs.scores,
+        logsumexp=outputs.logsumexp,
         scale=scale,
         empty_rows=empty_indices,
     )
 
 
-def _empty_row_flags(
-    visible: BoolArray | None, shapes: AttentionShapes, causal_offset: int | None
-) -> BoolArray:
-    """True for each row of ``batch + (n,)`` that has no visible key; uses the mask only, not the data."""
-    rows_shape = (*shapes.batch, shapes.n)
-    if shapes.m == 0:
-        return np.ones(rows_shape, dtype=np.bool_)
-    # The last key a row may see: every key, or under causal masking key i + offset.
-    last_key = (
-        np.arange(shapes.n) + causal_offset if causal_offset is not None else np.full(shapes.n, shapes.m - 1)
-    )
-    if visible is None:
-        has_key = last_key >= 0
-    else:
-        mask = (
-            np.broadcast_to(visible, (*visible.shape[:-1], shapes.m)) if visible.ndim else visible.reshape(1)
+@dataclass(frozen=True)
+class AttentionPlan:
+    """What :func:`attention` derives once from its arguments, for the helpers that do the arithmetic."""
+
+    shapes: AttentionShapes
+    dtype: FloatDType
+    scale: Float  # in the computation's dtype
+    band: Band | None  # causal masking in key coordinates (None: no band)
+    block_rows: int | None  # query rows per block (None: as many as fit in BLOCK_ELEMENTS)
+    return_weights: bool
+    return_scores: bool
+    return_logsumexp: bool
+
+    @property
+    def materialized(self) -> bool:
+        """Whether whole ``[..., n, m]`` results are returned (then blocking saves nothing)."""
+        return self.return_weights or self.return_scores
+
+
+def _to_batch(array: ArrayT, batch: tuple[int, ...]) -> ArrayT:
+    """``array`` broadcast (as a view) to ``batch`` followed by its own last two dimensions."""
+    rows = array.shape[-2] if array.ndim >= 2 else 1
+    columns = array.shape[-1] if array.ndim >= 1 else 1
+    return cast("ArrayT", np.broadcast_to(array, (*batch, rows, columns)))  # a view: same dtype
+
+
+def _view(array: ArrayT, index: tuple[int | slice | EllipsisType, ...]) -> ArrayT:
+    return cast("ArrayT", array[index])  # basic indexing: a view of the same dtype
+
+
+@dataclass(frozen=True)
+class _Operands:
+    """The input arrays, row-shaped: ``query [..., n, d_k]`` even for a single query."""
+
+    query: FloatArray
+    key: FloatArray
+    value: FloatArray
+    visible: BoolArray | None
+    bias: FloatArray | None
+
+    def to_batch(self, batch: tuple[int, ...]) -> _Operands:
+        """Every array broadcast to the whole batch (views), so that a block indexes them all alike."""
+        return _Operands(
+            query=_to_batch(self.query, batch),
+            key=_to_batch(self.key, batch),
+            value=_to_batch(self.value, batch),
+            visible=None if self.visible is None else _to_batch(self.visible, batch),
+            bias=None if self.bias is None else _to_batch(self.bias, batch),
         )
-        first_visible = np.argmax(mask, axis=-1)
-        # A row sees a key iff its first visible key is within reach.
-        has_key = mask.any(axis=-1) & (first_visible <= last_key)
-    return ~np.broadcast_to(has_key, rows_shape)
+
+    def block(self, index: tuple[int | slice, ...]) -> _Operands:
+        """The batch entries ``index`` of operands that :meth:`to_batch` broadcast."""
+        return _Operands(
+            query=_view(self.query, index),
+            key=_view(self.key, index),
+            value=_view(self.value, index),
+            visible=None if self.visible is None else _view(self.visible, index),
+            bias=None if self.bias is None else _view(self.bias, index),
+        )
 
 
-def _empty_rows_message(
-    rows: list[list[int]], count: int, causal_offset: int | None, shapes: AttentionShapes
-) -> str:
+@dataclass(frozen=True)
+class _Outputs:
+    """The result arrays, row-shaped (``[..., n, ·]``); the optional ones are None unless asked for."""
+
+    output: FloatArray
+    weights: FloatArray | None
+    scores: FloatArray | None
+    logsumexp: FloatArray | None
+
+    @classmethod
+    def allocate(cls, plan: AttentionPlan) -> _Outputs:
+        batch, n, m, dtype = plan.shapes.batch, plan.shapes.n, plan.shapes.m, plan.dtype
+        return cls(
+            output=np.empty((*batch, n, plan.shapes.d_v), dtype=dtype),
+            weights=np.empty((*batch, n, m), dtype=dtype) if plan.return_weights else None,
+            scores=np.empty((*batch, n, m), dtype=dtype) if plan.return_scores else None,
+            logsumexp=np.empty((*batch, n), dtype=dtype) if plan.return_logsumexp else None,
+        )
+
+    def block(self, index: tuple[int | slice, ...]) -> _Outputs:
+        """Views of the batch entries ``index``: the helpers write into them."""
+        return _Outputs(
+            output=_view(self.output, index),
+            weights=None if self.weights is None else _view(self.weights, index),
+            scores=None if self.scores is None else _view(self.scores, index),
+            logsumexp=None if self.logsumexp is None else _view(self.logsumexp, index),
+        )
+
+    def first_row(self) -> _Outputs:
+        """Without the row axis: the shapes of a single query's results."""
+        return _Outputs(
+            output=_view(self.output, (..., 0, slice(None))),
+            weights=None if self.weights is None else _view(self.weights, (..., 0, slice(None))),
+            scores=None if self.scores is None else _view(self.scores, (..., 0, slice(None))),
+            logsumexp=None if self.logsumexp is None else _view(self.logsumexp, (..., 0)),
+        )
+
+
+def _empty_rows(plan: AttentionPlan, visible: BoolArray | None, *, policy: EmptyRowPolicy) -> IntArray:
+    """The indices ``(k, r)`` of the query rows that see no key; raises unless ``policy`` is zero."""
+    shapes = plan.shapes
+    index_rank = len(shapes.batch) + (0 if shapes.single_query else 1)
+    flags = empty_row_flags(plan.band, visible, batch=shapes.batch, n=shapes.n, m=shapes.m)
+    if shapes.single_query:
+        flags = flags[..., 0]
+    if not flags.any():
+        return np.empty((0, index_rank), dtype=np.int64)
+    if policy == "error":
+        count = int(np.count_nonzero(flags))
+        # Only the first few are indexed: listing millions of rows would cost seconds and gigabytes.
+        listed = first_indices(flags, LISTED_EMPTY_ROWS)
+        raise EmptyRowError(
+            _empty_rows_message(listed, count, plan),
+            rows=listed,
+            count=count,
+            field="mask" if visible is not None else "causal",  # blame what the caller sent
+        )
+    return np.argwhere(flags).astype(np.int64, copy=False)
+
+
+def _empty_rows_message(rows: list[list[int]], count: int, plan: AttentionPlan) -> str:
     message = describe_rows("query row", "no visible key", rows, count)
-    if causal_offset is not None and causal_offset < 0:
+    if plan.band is not None and plan.band.offset < 0 and plan.band.right == 0:
+        n, m = plan.shapes.n, plan.shapes.m
         message += (
-            f" (with lower_right causal alignment and more queries than keys, n={shapes.n} > m={shapes.m}, "
-            f"the first {-causal_offset} query rows see no key)"
+            f" (with lower_right causal alignment and more queries than keys, n={n} > m={m}, "
+            f"the first {-plan.band.offset} query rows see no key)"
         )
     return message + "; allow at least one key per row, or ask for empty rows to be zero"
 
 
-def _attend(
-    q: FloatArray,
-    k: FloatArray,
-    v: FloatArray,
-    *,
-    hidden: BoolArray | None,
-    bias: FloatArray | None,
-    causal_offset: int | None,
-    scale: float,
-    shapes: AttentionShapes,
-    dtype: np.dtype[np.floating[Any]],
-    block_rows: int | None,
-    return_weights: bool,
-    return_scores: bool,
-    return_logsumexp: bool,
-) -> tuple[FloatArray, FloatArray | None, FloatArray | None, FloatArray | None]:
-    """The attention on row-shaped inputs ([..., n, d_k] queries), in blocks of batch entries and rows."""
-    if abs(scale) > float(np.finfo(dtype).max):  # checked first: the float32 cast would warn and give inf
-        raise overflow_error(f"the scale {scale:g}", dtype, field="scale")
-    # A scale that underflows to 0 in float32 is kept: all scores 0 (plus bias) is the answer in float32.
-    scale_typed = dtype.type(scale)
-
-    batch, n, m = shapes.batch, shapes.n, shapes.m
-    output: FloatArray = np.empty((*batch, n, shapes.d_v), dtype=dtype)
-    weights: FloatArray | None = np.empty((*batch, n, m), dtype=dtype) if return_weights else None
-    scores: FloatArray | None = np.empty((*batch, n, m), dtype=dtype) if return_scores else None
-    logsumexp: FloatArray | None = np.empty((*batch, n), dtype=dtype) if return_logsumexp else None
-    inputs: tuple[Any, ...] = (q, k, v, hidden, bias)
+def _attend(operands: _Operands, plan: AttentionPlan) -> _Outputs:
+    """The attention on row-shaped operands, in blocks of batch entries and rows, into new outputs."""
+    outputs = _Outputs.allocate(plan)
+    batch = plan.shapes.batch
     # Even one row per block is prod(batch) x m scores, so a large batch is also split into blocks, unless
     # the weights or scores are returned anyway (then the temporaries are no larger than the results).
-    blocks = [()] if return_weights or return_scores else batch_blocks(batch, m)
-    if len(blocks) > 1:
-        # Every input broadcast to the whole batch (views, no copies), so that a block indexes them all alike.
-        inputs = tuple(None if array is None else _to_batch(array, batch) for array in inputs)
+    blocks = [()] if plan.materialized else batch_blocks(batch, plan.shapes.m)
+    if len(blocks) == 1:
+        _attend_rows(operands, plan, batch, outputs)
+        return outputs
+    broadcast = operands.to_batch(batch)
     for index in blocks:
-        parts: tuple[Any, ...] = tuple(None if a is None else a[index] for a in inputs) if index else inputs
-        block_q, block_k, block_v, block_hidden, block_bias = parts
-        block_output = output[index]
-        _attend_rows(
-            block_q,
-            block_k,
-            block_v,
-            hidden=block_hidden,
-            bias=block_bias,
-            causal_offset=causal_offset,
-            scale=scale_typed,
-            shapes=dataclasses.replace(shapes, batch=block_output.shape[:-2]) if index else shapes,
-            block_rows=block_rows,
-            output=block_output,
-            weights=None if weights is None else weights[index],
-            scores_out=None if scores is None else scores[index],
-            logsumexp=None if logsumexp is None else logsumexp[index],
-        )
-    return output, weights, scores, logsumexp
+        block_outputs = outputs.block(index)
+        _attend_rows(broadcast.block(index), plan, block_outputs.output.shape[:-2], block_outputs)
+    return outputs
 
 
-def _to_batch(array: Any, batch: tuple[int, ...]) -> Any:
-    """``array`` broadcast (as a view) to ``batch`` followed by its own last two dimensions."""
-    rows = array.shape[-2] if array.ndim >= 2 else 1
-    columns = array.shape[-1] if array.ndim >= 1 else 1
-    return np.broadcast_to(array, (*batch, rows, columns))
-
-
-def _attend_rows(
-    q: FloatArray,
-    k: FloatArray,
-    v: FloatArray,
-    *,
-    hidden: BoolArray | None,
-    bias: FloatArray | None,
-    causal_offset: int | None,
-    scale: np.floating[Any],
-    shapes: AttentionShapes,
-    block_rows: int | None,
-    output: FloatArray,
-    weights: FloatArray | None,
-    scores_out: FloatArray | None,
-    logsumexp: FloatArray | None,
-) -> None:
-    """Attention over the whole of ``shapes.batch``, one block of query rows at a time, into the outputs."""
-    n, m = shapes.n, shapes.m
+def _attend_rows(operands: _Operands, plan: AttentionPlan, batch: tuple[int, ...], outputs: _Outputs) -> None:
+    """Attention over the batch entries ``batch`` of ``operands``, a block of query rows at a time."""
+    n, m = plan.shapes.n, plan.shapes.m
+    block_rows = plan.block_rows
     if block_rows is None:
-        materialized = weights is not None or scores_out is not None
-        block_rows = n if materialized else rows_per_block(math.prod(shapes.batch) * m, n)
-    key_t = np.swapaxes(k, -1, -2)
-    key_positions = np.arange(m)
+        block_rows = n if plan.materialized else rows_per_block(math.prod(batch) * m, n)
+    key_t = np.swapaxes(operands.key, -1, -2)
 
     for start in range(0, n, block_rows):
         stop = min(start + block_rows, n)
-        block_shape = (*shapes.batch, stop - start, m)
-        block_query = q[..., start:stop, :]
-        block_bias = None if bias is None else _row_block(bias, start, stop)
-        block_hidden = None if hidden is None else _row_block(hidden, start, stop)
-        if causal_offset is not None:
-            causal_hidden = key_positions > (np.arange(start, stop) + causal_offset)[:, np.newaxis]
-            block_hidden = causal_hidden if block_hidden is None else block_hidden | causal_hidden
+        block_shape = (*batch, stop - start, m)
+        block_query = operands.query[..., start:stop, :]
+        block_bias = None if operands.bias is None else row_block(operands.bias, start, stop)
+        hidden = hidden_keys(plan.band, operands.visible, start, stop, m)
 
         # Overflow in any of these steps is detected by the finiteness check below.
         with np.errstate(over="ignore", invalid="ignore"):
             scores = np.matmul(block_query, key_t)
             if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
                 scores = np.broadcast_to(scores, block_shape).copy()
-            scores *= scale
+            scores *= plan.scale
             if block_bias is not None:
                 scores += block_bias
-        if not _all_finite_or_hidden(scores, block_hidden):
-            field = _blame_for_scores(block_query, key_t, block_bias, scale, block_hidden)
-            raise overflow_error("the attention scores", output.dtype, field=field)
-        if block_hidden is not None:
-            np.copyto(scores, -np.inf, where=block_hidden)
+        if not _all_finite_or_hidden(scores, hidden):
+            field = _blame_for_scores(block_query, key_t, block_bias, plan.scale, hidden)
+            raise overflow_error("the attention scores", plan.dtype, field=field)
+        if hidden is not None:
+            np.copyto(scores, -np.inf, where=hidden)
 
         row_max = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
         empty = np.isneginf(row_max)
         has_empty = bool(empty.any())
-        if scores_out is not None:
-            scores_out[..., start:stop, :] = scores
+        if outputs.scores is not None:
+            outputs.scores[..., start:stop, :] = scores
         # Empty rows are all -inf; shifting them by 0 instead of -inf gives exp() == 0 rather than NaN.
         with np.errstate(over="ignore", under="ignore"):  # a span beyond the float range shifts to -inf
             scores -= np.where(empty, 0, row_max) if has_empty else row_max
@@ -437,21 +450,14 @@ def _attend_rows(
         # where the true output is finite.
         scores /= denominator
         with np.errstate(over="ignore", invalid="ignore"):
-            block_output = np.matmul(scores, v)
+            block_output = np.matmul(scores, operands.value)
         if not np.isfinite(block_output).all():
-            raise overflow_error("the attention output", output.dtype, field="value")
-        output[..., start:stop, :] = block_output
-        if weights is not None:
-            weights[..., start:stop, :] = scores
-        if logsumexp is not None:
-            logsumexp[..., start:stop] = (np.log(denominator) + row_max)[..., 0]
-
-
-def _row_block(array: Any, start: int, stop: int) -> Any:
-    """Rows ``start:stop`` of a mask or bias, unless it is shared by every row (size 1 or no row axis)."""
-    if array.ndim >= 2 and array.shape[-2] != 1:
-        return array[..., start:stop, :]
-    return array
+            raise overflow_error("the attention output", plan.dtype, field="value")
+        outputs.output[..., start:stop, :] = block_output
+        if outputs.weights is not None:
+            outputs.weights[..., start:stop, :] = scores
+        if outputs.logsumexp is not None:
+            outputs.logsumexp[..., start:stop] = (np.log(denominator) + row_max)[..., 0]
 
 
 def _all_finite_or_hidden(values: FloatArray, hidden: BoolArray | None) -> bool:
@@ -464,7 +470,7 @@ def _blame_for_scores(
     q: FloatArray,
     key_t: FloatArray,
     bias: FloatArray | None,
-    scale: np.floating[Any],
+    scale: Float,
     hidden: BoolArray | None,
 ) -> str:
     """The input behind non-finite scores: a non-finite input, else the step that first overflows.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -23,7 +24,7 @@ from service.kernels._common import (
     overflow_error,
     resolve_float_dtype,
 )
-from service.kernels.errors import EmptyRowError, KernelError, ShapeError, describe_rows, format_shape
+from service.kernels._errors import EmptyRowError, KernelError, ShapeError, describe_rows, format_shape
 
 
 def softmax_shapes(
@@ -99,34 +100,18 @@ def softmax(
     if not finite.all() and (visible is None or not (finite | ~visible).all()):
         raise overflow_error("logits", float_dtype, field="logits")
 
-    masked = x.copy() if visible is None else np.where(visible, x, float_dtype.type(-np.inf))
-    # Shifting by the row max first keeps every exponent <= 0 (and is the most accurate order), and
-    # dividing the shifted values by a tiny temperature can only underflow towards -inf, never overflow.
-    # Only when logits span more than the float range does the shift overflow; a temperature above 1
-    # may bring that span back into range, so then divide first.
-    typed_temperature = float_dtype.type(temperature)
-    with np.errstate(over="ignore"):
-        shifted = masked - np.max(masked, axis=-1, keepdims=True)
-        divided_first = temperature > 1 and bool((np.isinf(shifted) & np.isfinite(masked)).any())
-        if divided_first:
-            masked /= typed_temperature
-            shifted = masked - np.max(masked, axis=-1, keepdims=True)
-    keep: BoolArray
-    if temperature == 0:
-        keep = shifted == 0
-    else:
-        keep = np.ones(shape, dtype=np.bool_) if visible is None else visible.copy()
-        if temperature != 1 and not divided_first:
-            # A temperature that rounds to 0 in float32 is divided in float64: the row maxima stay 0
-            # and the rest go to -inf, the greedy limit, rather than 0/0 = NaN.
-            divide_by_temperature(shifted, temperature)
+    masked = x if visible is None else np.where(visible, x, float_dtype.type(-np.inf))
+    # Hidden logits are -inf, and so (probability 0) are all but the maxima at temperature 0.
+    shifted = tempered_shift(masked, temperature)
+    keep: BoolArray | None = None  # truncation: top_k compares the logits (a temperature keeps their order)
     if top_k is not None and top_k < shape[-1]:
-        keep &= masked >= _kth_largest(masked, top_k)
+        keep = masked >= _kth_largest(masked, top_k)
     if top_p is not None and top_p < 1:
-        probabilities, _ = _normalize(shifted, keep)
-        keep &= _nucleus(probabilities, top_p)
+        _, probabilities = normalize_shifted(shifted, keep=keep)
+        nucleus = _nucleus(probabilities, top_p)
+        keep = nucleus if keep is None else keep & nucleus
 
-    probabilities, log_probabilities = _normalize(shifted, keep)
+    log_probabilities, probabilities = normalize_shifted(shifted, keep=keep)
     plogp = np.zeros(shape, dtype=float_dtype)
     np.multiply(probabilities, log_probabilities, out=plogp, where=probabilities > 0)
     entropy: FloatArray = np.asarray(0.0 - plogp.sum(axis=-1))  # 0.0 - x turns a one-hot row's -0.0 into 0.0
@@ -142,7 +127,8 @@ def softmax(
 def _kth_largest(values: FloatArray, k: int) -> FloatArray:
     """The ``k``-th largest entry of each row, as a column for broadcasting."""
     size = values.shape[-1]
-    return np.partition(values, size - k, axis=-1)[..., size - k : size - k + 1]
+    # cast: NumPy's stubs lose the dtype of a float32-or-float64 union through np.partition.
+    return cast("FloatArray", np.partition(values, size - k, axis=-1)[..., size - k : size - k + 1])
 
 
 def _nucleus(probabilities: FloatArray, top_p: float) -> BoolArray:
@@ -160,18 +146,6 @@ def _nucleus(probabilities: FloatArray, top_p: float) -> BoolArray:
     return needed
 
 
-def _normalize(shifted: FloatArray, keep: BoolArray) -> tuple[FloatArray, FloatArray]:
-    """Probabilities and log-probabilities of the kept entries of rows whose kept maximum is 0."""
-    with np.errstate(under="ignore"):
-        exponentials = np.where(keep, np.exp(shifted), 0)
-    total = exponentials.sum(axis=-1, keepdims=True)  # >= 1: the row max (exp(0)) is always kept
-    probabilities: FloatArray = exponentials / total
-    log_probabilities: FloatArray = np.where(keep, shifted - np.log(total), -np.inf).astype(
-        shifted.dtype, copy=False
-    )
-    return probabilities, log_probabilities
-
-
 def _empty_rows_message(rows: list[list[int]], count: int) -> str:
     if rows == [[]]:
         return "the logits row has no visible entry: the mask hides every entry"
@@ -182,7 +156,11 @@ def _empty_rows_message(rows: list[list[int]], count: int) -> str:
 def log_softmax(
     logits: ArrayLike, *, temperature: float = 1.0, axis: int = -1, dtype: DTypeArg = np.float64
 ) -> FloatArray:
-    """Stable ``log(softmax(logits / temperature))`` along ``axis`` via log-sum-exp."""
+    """Stable ``log(softmax(logits / temperature))`` along ``axis`` via log-sum-exp.
+
+    ``logits`` of shape ``[..., V, ...]`` give log-probabilities of the same shape, summing (in probability)
+    to 1 along ``axis``. The library form of :func:`tempered_log_softmax`, which validates its inputs.
+    """
     float_dtype = resolve_float_dtype(dtype)
     temperature = check_finite_scalar(temperature, field="temperature", minimum=0.0, strict=True)
     x = as_float_array(logits, float_dtype, field="logits")
@@ -192,15 +170,69 @@ def log_softmax(
         raise overflow_error("logits", float_dtype, field="logits")
     if x.shape[axis] == 0:
         return x.copy()
-    # As in softmax: dividing the max-shifted logits by a small temperature can only underflow towards
-    # -inf (a log-probability of -inf: probability 0 in this dtype), never overflow; a temperature
-    # above 1 divides first, which cannot overflow and may bring a span beyond the float range back.
-    if temperature > 1:
-        x = divide_by_temperature(x.copy(), temperature)
-    with np.errstate(over="ignore", under="ignore"):  # a span beyond the float range shifts to -inf
-        shifted = x - np.max(x, axis=axis, keepdims=True)
-        if temperature < 1:
-            divide_by_temperature(shifted, temperature)
-        total = np.exp(shifted).sum(axis=axis, keepdims=True)
-    result: FloatArray = shifted - np.log(total)
-    return result
+    return tempered_log_softmax(x, temperature, axis=axis)
+
+
+# --- The tempered log-softmax: the one place that divides by a temperature and subtracts the maximum. ---
+#
+# Policy, for a temperature T > 0 (the order depends on T alone, never on the data, so a row's numbers do
+# not depend on the other rows of a request, and every endpoint gives the same bits for the same row):
+# - T > 1 divides first, then subtracts the maximum: a quotient is smaller than its dividend, so dividing
+#   cannot overflow, and it brings a span beyond the float range (logits 1e308 and -1e308) back into it.
+# - T < 1 subtracts the maximum first, then divides: every shifted value is <= 0, so dividing by a small
+#   temperature can only underflow towards -inf (probability 0 in this dtype), never overflow, and the row
+#   maximum stays exactly 0 (so T = 1e-310 still gives the maximum a log-probability of 0).
+# - T = 1 only subtracts.
+# Either way each row's maximum becomes exactly 0 and every other entry is <= 0: exp() cannot overflow and
+# the row's sum is >= 1, so its log is finite and never -inf. A span that stays beyond the float range
+# shifts to -inf, a probability that rounds to 0 anyway. T = 0 is the greedy limit of (x - max) / T:
+# 0 on each row's maxima, -inf elsewhere.
+
+
+def tempered_shift(logits: FloatArray, temperature: float, *, axis: int = -1) -> FloatArray:
+    """``logits / temperature`` minus its maximum along ``axis`` (a new array of the same shape).
+
+    Every slice along ``axis`` needs at least one entry above -inf (hidden entries may be -inf); its
+    maximum becomes exactly 0. See the policy above for the order of the two steps.
+    """
+    tempered = divide_by_temperature(logits.copy(), temperature) if temperature > 1 else logits
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # a span beyond the range gives -inf
+        shifted: FloatArray = tempered - np.max(tempered, axis=axis, keepdims=True)
+    if temperature == 0:
+        return np.where(shifted == 0, shifted, shifted.dtype.type(-np.inf))
+    if temperature < 1:
+        divide_by_temperature(shifted, temperature)
+    return shifted
+
+
+def normalize_shifted(
+    shifted: FloatArray, *, axis: int = -1, keep: BoolArray | None = None
+) -> tuple[FloatArray, FloatArray]:
+    """``(log_probabilities, probabilities)`` of max-shifted logits over the entries ``keep`` allows.
+
+    ``shifted`` holds 0 at a kept entry of each slice and nothing above 0 (as :func:`tempered_shift`
+    returns); entries not kept get probability 0 and log-probability -inf.
+    """
+    with np.errstate(under="ignore"):
+        exponentials = np.exp(shifted) if keep is None else np.where(keep, np.exp(shifted), 0)
+    total = exponentials.sum(axis=axis, keepdims=True)  # >= 1: the slice's maximum, exp(0), is kept
+    log_probabilities: FloatArray = shifted - np.log(total)
+    if keep is not None:
+        np.copyto(log_probabilities, log_probabilities.dtype.type(-np.inf), where=~keep)
+    exponentials /= total
+    return log_probabilities, exponentials
+
+
+def tempered_log_softmax(
+    logits: FloatArray, temperature: float, *, axis: int = -1, visible: BoolArray | None = None
+) -> FloatArray:
+    """``log(softmax(logits / temperature))`` along ``axis``, with the policy above (shape preserved).
+
+    ``visible`` (broadcastable to ``logits``) hides entries: they get log-probability -inf. The caller
+    guarantees finite visible logits and at least one visible entry in each slice. Softmax, the sequence
+    log-likelihood and sampling all call this (or its two steps), so equal inputs give equal bits.
+    """
+    if visible is not None:
+        logits = np.where(visible, logits, logits.dtype.type(-np.inf))
+    log_probabilities, _ = normalize_shifted(tempered_shift(logits, temperature, axis=axis), axis=axis)
+    return log_probabilities
