@@ -10,7 +10,6 @@ from __future__ import annotations
 from service.kernels._attention import (
     AttentionResult,
     AttentionShapes,
-    CausalAlignment,
     EmptyRowPolicy,
     attention,
     attention_shapes,
@@ -29,6 +28,7 @@ from service.kernels._softmax import (
     softmax_shapes,
     tempered_log_softmax,
 )
+from service.kernels._visibility import CausalAlignment
 
 __all__ = [
     "MAX_TOP_LOGPROBS",
