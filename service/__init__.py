@@ -13,6 +13,7 @@ from service.web.api_keys import SCHEME_NAME, SECURITY_SCHEME, install_api_keys
 from service.web.body import install_body_counting
 from service.web.cors import enable_cors
 from service.web.json_provider import OrjsonProvider
+from service.web.memory import install_memory_release
 from service.web.metrics import install_metrics
 from service.web.problems import register_error_handlers
 from service.web.request_clock import install_request_clock
@@ -38,6 +39,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     install_body_counting(app)  # before the access log and metrics, which report the bytes read
     install_access_log(app)
     install_metrics(app)
+    install_memory_release(app)
     install_api_keys(app)
 
     api = Api(app)

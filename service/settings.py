@@ -11,6 +11,29 @@ from typing import Any
 MIB = 1024 * 1024
 
 
+DERIVED = 0  # a limit not set in the environment: derived from MEMORY_BUDGET_BYTES
+
+
+def derived_limits(budget: int) -> dict[str, int]:
+    """Every size limit from the memory one request may use (384 MiB gives 16 MiB, 16 Mi elements, …).
+
+    Thirds of the budget: parsing a JSON body holds up to 8 bytes of Python objects per body byte (a 16 MiB
+    body of ``1.5,`` parses to 128 MiB of floats and list slots), so the body gets budget / 24; the arrays a
+    request holds (weights, scores, outputs, 8 bytes an element) get a third, budget / 24 elements; the last
+    third is for the parsed inputs, the kernels' temporaries and the answer's pieces. Output-only attention
+    works in blocks and holds none of its scores, so its limit (4 × the work limit) bounds time, not memory.
+    The answer is written in pieces and never held whole, so its bound (budget / 2 of JSON, estimated before
+    computing) limits time and traffic: without it a 9 KB body could ask for a 300 MB answer.
+    """
+    work_elements = budget // 24
+    return {
+        "max_body_bytes": budget // 24,
+        "max_work_elements": work_elements,
+        "max_output_only_work_elements": 4 * work_elements,
+        "max_answer_bytes": budget // 2,
+    }
+
+
 def _positive_int(name: str, raw: str) -> int:
     try:
         value = int(raw.replace("_", ""))
@@ -68,16 +91,24 @@ def _setting(default: Any, parse: Callable[[str, str], Any], *, secret: bool = F
 class Settings:
     """Limits and switches of one app instance; each field is read from its upper-cased name."""
 
-    max_body_bytes: int = _setting(16 * MIB, _positive_int)
-    max_work_elements: int = _setting(16_777_216, _positive_int)
+    # What one worker may hold for one request; every limit below left unset is derived from it.
+    memory_budget_bytes: int = _setting(384 * MIB, _positive_int)
+    max_body_bytes: int = _setting(DERIVED, _positive_int)
+    max_work_elements: int = _setting(DERIVED, _positive_int)
     # Output-only attention never holds the n×m scores (it works in blocks of rows), so its limit
     # bounds time rather than memory and can be higher.
-    max_output_only_work_elements: int = _setting(67_108_864, _positive_int)
+    max_output_only_work_elements: int = _setting(DERIVED, _positive_int)
+    max_answer_bytes: int = _setting(DERIVED, _positive_int)
     cors_origins: tuple[str, ...] = _setting(("*",), _origins)
     cors_max_age: int = _setting(600, _positive_int)
     api_keys: tuple[str, ...] = _setting((), _keys, secret=True)
     api_keys_file: tuple[str, ...] = _setting((), _keys_file, secret=True)
     access_log: bool = _setting(True, _flag)
+
+    def __post_init__(self) -> None:
+        for name, value in derived_limits(self.memory_budget_bytes).items():
+            if getattr(self, name) == DERIVED:
+                object.__setattr__(self, name, value)  # frozen: filled in once, here
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -96,6 +127,8 @@ class Settings:
             "MAX_CONTENT_LENGTH": self.max_body_bytes,
             "MAX_WORK_ELEMENTS": self.max_work_elements,
             "MAX_OUTPUT_ONLY_WORK_ELEMENTS": self.max_output_only_work_elements,
+            "MAX_ANSWER_BYTES": self.max_answer_bytes,
+            "MEMORY_BUDGET_BYTES": self.memory_budget_bytes,
             "CORS_ORIGINS": list(self.cors_origins),
             "CORS_MAX_AGE": self.cors_max_age,
             "API_KEYS": [*self.api_keys, *self.api_keys_file],

@@ -97,6 +97,15 @@ HOOKS = [
         relied_on_by="service/web/parsing.py (a 400 that quotes the JSON error)",
     ),
     Hook(
+        library="prometheus-client",
+        owner="prometheus_client.mmap_dict:MmapedDict",
+        name="read_all_values_from_file",
+        parameters=("filename",),
+        caller="prometheus_client.multiprocess:MultiProcessCollector._read_metrics",
+        call="MmapedDict.read_all_values_from_file(f)",
+        relied_on_by="service/web/metrics.py (merging exited workers' samples into the archive files)",
+    ),
+    Hook(
         library="gunicorn",
         owner="gunicorn.util",
         name="write_error",

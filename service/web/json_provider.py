@@ -36,5 +36,9 @@ class OrjsonProvider(JSONProvider):
         return orjson.loads(s)
 
     def response(self, *args: Any, **kwargs: Any) -> Response:
-        body = dumps_bytes(self._prepare_response_obj(args, kwargs))
-        return Response(body, mimetype=self.mimetype)
+        from service.web.answers import encode_in_pieces, should_stream  # answers imports dumps_bytes
+
+        obj = self._prepare_response_obj(args, kwargs)
+        if should_stream(obj):  # large arrays: written a block at a time, never held whole as bytes
+            return Response(encode_in_pieces(obj), mimetype=self.mimetype)
+        return Response(dumps_bytes(obj), mimetype=self.mimetype)

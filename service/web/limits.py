@@ -17,7 +17,37 @@ def admit_work(work: Work) -> None:
     """
     for bound in work.bounds:
         ensure_within(bound)
+    ensure_answer_within(work.answer_elements)
     record_work(work.elements)
+
+
+# The longest JSON one value of an answer takes with its separator: a float64 such as
+# -2.2250738585072014e-308 and a comma. float32 values, integers, booleans and nulls are shorter, so the
+# estimate is an upper bound for every precision (brackets of one-value rows aside).
+JSON_BYTES_PER_VALUE = 25
+
+
+def answer_bytes_estimate(answer_elements: int) -> int:
+    """At most how many bytes of JSON an answer of ``answer_elements`` values takes."""
+    return answer_elements * JSON_BYTES_PER_VALUE
+
+
+def ensure_answer_within(answer_elements: int) -> None:
+    """Raise a 413 problem naming the answer's size when its estimate is over ``MAX_ANSWER_BYTES``.
+
+    Checked before computing: broadcasting lets a body of a few KB ask for hundreds of MB of answer.
+    """
+    limit: int = current_app.config["MAX_ANSWER_BYTES"]
+    estimate = answer_bytes_estimate(answer_elements)
+    if estimate > limit:
+        raise Problem(
+            413,
+            f"The answer would hold {answer_elements:,} values, up to {estimate:,} bytes of JSON "
+            f"({JSON_BYTES_PER_VALUE} per value); the limit is {limit:,} bytes (MAX_ANSWER_BYTES). Ask for "
+            "fewer arrays (include) or smaller shapes.",
+            slug="answer-too-large",
+            title="Answer too large",
+        )
 
 
 def ensure_within(bound: Bound) -> None:

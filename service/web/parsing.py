@@ -6,11 +6,13 @@ import json
 from typing import Any, NoReturn
 
 import flask
+import marshmallow as ma
 import orjson
 from webargs.flaskparser import FlaskParser, abort
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from service.web.body import body_ends_here
+from service.web.problems import refuse_many_unknown_fields
 
 
 def read_body(req: flask.Request) -> bytes:
@@ -48,6 +50,12 @@ class OrjsonParser(FlaskParser):
             except (ValueError, RecursionError):
                 # answered here: webargs would take orjson's empty ``doc`` for an empty body
                 self._handle_invalid_json_error(fast_error, req)
+
+    def load_json(self, req: flask.Request, schema: ma.Schema) -> Any:
+        data = super().load_json(req, schema)
+        if isinstance(data, dict):
+            refuse_many_unknown_fields(data, schema)
+        return data
 
     def _handle_invalid_json_error(
         self, error: json.JSONDecodeError | UnicodeDecodeError, req: flask.Request, *args: Any, **kwargs: Any

@@ -6,6 +6,7 @@ import difflib
 import logging
 from collections.abc import Mapping
 from http import HTTPStatus
+from itertools import islice
 from typing import Any
 
 import marshmallow as ma
@@ -142,7 +143,7 @@ def _field_errors(messages: Any, schema: ma.Schema | None) -> dict[str, list[str
     if not isinstance(messages, Mapping):
         return {"body": [str(m) for m in _as_list(messages)[:MAX_MESSAGES_PER_FIELD]]}
     errors: dict[str, list[str]] = {}
-    for field, field_messages in list(messages.items())[:MAX_REPORTED_FIELDS]:
+    for field, field_messages in islice(messages.items(), MAX_REPORTED_FIELDS):
         name = "body" if field == "_schema" else str(field)
         texts = [str(m) for m in _as_list(field_messages)[:MAX_MESSAGES_PER_FIELD]]
         if texts == ["Unknown field."] and schema is not None:
@@ -152,6 +153,26 @@ def _field_errors(messages: Any, schema: ma.Schema | None) -> dict[str, list[str
         more = len(messages) - MAX_REPORTED_FIELDS
         errors.setdefault("body", []).append(f"{more:,} more fields have errors that are not listed here.")
     return errors
+
+
+def refuse_many_unknown_fields(data: Mapping[str, Any], schema: ma.Schema) -> None:
+    """Refuse a body with more unknown fields than an answer lists, before marshmallow sees it.
+
+    marshmallow builds a message for every unknown field: 1.89 million of them in a 16 MiB body took 10 s of
+    CPU and 680 MiB. Here the count is one set difference (in C) and the scan for the names listed stops at
+    the MAX_REPORTED_FIELDS-th, so the cost beyond parsing is bounded by the limit, not by the body.
+    """
+    if len(data) <= MAX_REPORTED_FIELDS:
+        return
+    known = {field.data_key or name for name, field in schema.load_fields.items()}
+    unknown = len(data.keys() - known)
+    if unknown <= MAX_REPORTED_FIELDS:
+        return  # few enough for marshmallow to report with the other fields' errors
+    listed = islice((name for name in data if name not in known), MAX_REPORTED_FIELDS)
+    errors = _field_errors({name: ["Unknown field."] for name in listed}, schema)
+    more = unknown - MAX_REPORTED_FIELDS
+    errors.setdefault("body", []).append(f"{more:,} more fields have errors that are not listed here.")
+    raise Problem(422, _summarize(errors), slug="validation-error", title="Invalid request", errors=errors)
 
 
 def _unknown_field_message(name: str, allowed: list[str]) -> str:

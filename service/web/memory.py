@@ -1,0 +1,53 @@
+"""Give freed memory back to the system after a large request, so an idle worker is back near its fresh size.
+
+glibc's malloc keeps freed memory for reuse: after one request of a few hundred MB its dynamic mmap
+threshold has grown, later large arrays come from the heap, and an idle worker can keep 350 to 550 MB it no
+longer uses. ``malloc_trim(0)`` returns the free pages; it costs a walk over the heap (milliseconds), so it
+runs only after requests whose body or answer was large, once the answer has been sent and the request's
+objects are gone. Elsewhere (musl, macOS) there is no ``malloc_trim`` and this does nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from collections.abc import Callable
+
+from flask import Flask, Response
+
+from service.web.body import body_bytes_read
+
+# Bodies at least this large leave enough behind to be worth a trim (the seed request is 100 bytes).
+LARGE_BODY_BYTES = 1024 * 1024
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    library = ctypes.util.find_library("c")
+    if library is None:
+        return None
+    try:
+        libc = ctypes.CDLL(library)
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    return trim
+
+
+_MALLOC_TRIM = _find_malloc_trim()
+
+
+def release_freed_memory() -> bool:
+    """Return free heap pages to the system; True when something was released."""
+    return bool(_MALLOC_TRIM(0)) if _MALLOC_TRIM is not None else False
+
+
+def install_memory_release(app: Flask) -> None:
+    """After a large body or a streamed (large) answer has been sent, release what the request freed."""
+
+    @app.after_request
+    def _release_after_large_requests(response: Response) -> Response:
+        if response.is_streamed or body_bytes_read() >= LARGE_BODY_BYTES:
+            response.call_on_close(release_freed_memory)
+        return response
