@@ -7,6 +7,8 @@ import math
 import os
 import shutil
 import tempfile
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -100,15 +102,49 @@ def on_exit(server: Any) -> None:
 
 
 def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
-    """gunicorn's own errors (malformed HTTP, a worker timing out) as problem+json instead of HTML."""
+    """gunicorn's own errors (malformed HTTP, a worker timing out) as problem+json instead of HTML.
+
+    Like the app's answers they carry a request id (also in the body and in an access-log line on stdout,
+    so no request goes unlogged) and, when every origin is allowed, the CORS headers a browser needs to
+    read them; with a list of origins the unparsed request's Origin is unknown, so none is sent.
+    """
+    request_id = uuid.uuid4().hex
     body = json.dumps(
-        {"type": "about:blank", "title": reason, "status": status_int, "detail": mesg or reason}
+        {
+            "type": "about:blank",
+            "title": reason,
+            "status": status_int,
+            "detail": mesg or reason,
+            "request_id": request_id,
+        }
     ).encode()
+    every_origin = [o.strip() for o in os.environ.get("CORS_ORIGINS", "*").split(",") if o.strip()] == ["*"]
+    cors = (
+        "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: X-Request-ID\r\n"
+        if every_origin
+        else ""
+    )
     head = (
-        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nX-Request-ID: {request_id}\r\n{cors}"
         f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     gunicorn.util.write_nonblock(sock, head.encode("latin-1") + body)
+    now = time.time()
+    line = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
+        "level": "info",
+        "logger": "service.access",
+        "message": "request",
+        "method": None,  # gunicorn could not parse the request (or gave up on it)
+        "path": None,
+        "status": status_int,
+        "bytes": len(body),
+        "request_bytes": 0,
+        "request_id": request_id,
+        "pid": os.getpid(),
+        "answered_by": "gunicorn",
+    }
+    print(json.dumps(line, separators=(",", ":")), flush=True)
 
 
 # Workers answer errors they catch before the app runs through gunicorn.util.write_error (HTML);

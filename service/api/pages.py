@@ -80,6 +80,12 @@ def _send(directory: Path, filename: str, content_type: str, *, max_age: int) ->
         immutable = ", immutable" if max_age == IMMUTABLE_MAX_AGE else ""
         response.headers["Cache-Control"] = f"public, max-age={max_age}{immutable}"
     response.make_conditional(request)  # 304 for a matching If-None-Match
+    if response.status_code == 412:
+        # werkzeug marks a failed If-Match 412 but keeps the file and its public Cache-Control: a shared
+        # cache could then store the 412, and the body is not what the client conditioned on.
+        raise Problem(
+            412, "The If-Match condition failed: the file's ETag is different.", slug="precondition-failed"
+        )
     return response
 
 

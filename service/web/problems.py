@@ -8,10 +8,12 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from itertools import islice
 from typing import Any
+from urllib.parse import urlsplit
 
 import marshmallow as ma
 from flask import Flask, Response, current_app, has_request_context, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.routing import RequestRedirect
 
 from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
 from service.web.json_provider import dumps_bytes
@@ -215,8 +217,25 @@ def problem_from_kernel_error(error: KernelError) -> Problem:
     return Problem(422, detail, slug=slug, title="Invalid request", errors=errors)
 
 
+def _relative_redirects() -> None:
+    """Routing's redirects (``/static//x.js`` → ``/static/x.js``) with a relative ``Location``.
+
+    werkzeug builds the redirect from the client's ``Host`` header (``http://evil.example/static/x.js``) and
+    Flask returns it before any error handler, as HTML. Raised here, before dispatch, it is problem+json
+    and points at a path on this server, whatever Host said.
+    """
+    redirect = request.routing_exception
+    if isinstance(redirect, RequestRedirect):
+        target = urlsplit(redirect.new_url)
+        location = "/" + target.path.lstrip("/")  # never "//host": that would leave this server
+        if target.query:
+            location += "?" + target.query
+        raise Problem(redirect.code, f"This resource is at {location}.", headers={"Location": location})
+
+
 def register_error_handlers(app: Flask) -> None:
     """Route every exception to problem+json; unexpected ones are logged and hidden behind a 500."""
+    app.before_request(_relative_redirects)
     app.register_error_handler(Problem, problem_response)
     app.register_error_handler(KernelError, lambda e: problem_response(problem_from_kernel_error(e)))
     app.register_error_handler(HTTPException, lambda e: problem_response(problem_from_http_exception(e)))

@@ -182,3 +182,17 @@ def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_director
         assert {"counter_archive.db", "histogram_archive.db"} <= set(files)
     finally:
         assert recycling.terminate() == 0, recycling.log()
+
+
+def test_gunicorns_own_errors_carry_a_request_id_cors_and_a_log_line(server: Server) -> None:
+    status, headers, body = exchange(server, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 414
+    request_id = headers["x-request-id"]
+    assert json.loads(body)["request_id"] == request_id
+    assert headers["access-control-allow-origin"] == "*"  # CORS_ORIGINS is "*" by default
+    assert "X-Request-ID" in headers["access-control-expose-headers"]
+    server.wait_for(
+        lambda: any(line["request_id"] == request_id for line in _access_lines(server)), "log line"
+    )
+    (line,) = [line for line in _access_lines(server) if line["request_id"] == request_id]
+    assert (line["status"], line["answered_by"], line["path"]) == (414, "gunicorn", None)
