@@ -77,7 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--smoke", action="store_true", help="a few repetitions of everything (CI)")
     parser.add_argument("--markdown", type=Path, help="also write the tables as Markdown to this file")
+    parser.add_argument(
+        "--overhead", action="store_true", help="only the in-process µs per small request (bench/overhead.py)"
+    )
     args = parser.parse_args(argv)
+    if args.overhead:
+        from bench import overhead
+
+        return overhead.main(smoke=args.smoke)
     budget = SMOKE if args.smoke else FULL
     settings = gunicorn_settings()
     cases = all_cases()

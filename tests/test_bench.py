@@ -38,3 +38,13 @@ def test_floor_answers_what_the_service_answers(client: FlaskClient, case: Case,
             )
         else:
             assert value == served[name], name
+
+
+def test_overhead_mode_times_each_seed_request_and_the_bare_app() -> None:
+    from bench import overhead
+
+    rows = overhead.measure(requests=3, rounds=1)
+    assert [row.name for row in rows] == [*overhead.SEEDS, "bare Flask app"]
+    assert all(row.microseconds > 0 for row in rows)
+    text = overhead.table(rows)
+    assert text.count("\n") == len(rows) + 1  # header, rule and one line per row

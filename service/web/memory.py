@@ -44,10 +44,11 @@ def release_freed_memory() -> bool:
 
 
 def install_memory_release(app: Flask) -> None:
-    """After a large body or a streamed (large) answer has been sent, release what the request freed."""
+    """After a large body or a large answer (streamed, or 1 MiB or more) is sent, release what was freed."""
 
     @app.after_request
     def _release_after_large_requests(response: Response) -> Response:
-        if response.is_streamed or body_bytes_read() >= LARGE_BODY_BYTES:
+        large_answer = response.is_streamed or (response.content_length or 0) >= LARGE_BODY_BYTES
+        if large_answer or body_bytes_read() >= LARGE_BODY_BYTES:
             response.call_on_close(release_freed_memory)
         return response

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http import HTTPStatus
 from pathlib import Path
+from typing import Any
 
 from flask import Flask, Response, request
 from prometheus_client import (
@@ -183,11 +184,24 @@ def install_metrics(app: Flask) -> None:
     @app.after_request
     def _observe(response: Response) -> Response:
         endpoint = route_template()
-        method = method_label(request.method)
-        status = status_label(response.status_code)
+        labels = (endpoint, method_label(request.method), status_label(response.status_code))
+        latency, requests, body_bytes = _children(labels)
         seconds = request_seconds()
         if seconds is not None:
-            LATENCY.labels(endpoint, method, status).observe(seconds)
-        REQUESTS.labels(endpoint, method, status).inc()
-        BODY_BYTES.labels(endpoint).observe(body_bytes_read())
+            latency.observe(seconds)
+        requests.inc()
+        body_bytes.observe(body_bytes_read())
         return response
+
+
+# The labelled children, looked up once per label set: ``labels()`` validates and hashes its arguments and
+# takes a lock on every call. The label sets are finite (see above), so the cache is too.
+_CHILDREN: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
+
+
+def _children(labels: tuple[str, str, str]) -> tuple[Any, Any, Any]:
+    children = _CHILDREN.get(labels)
+    if children is None:
+        children = (LATENCY.labels(*labels), REQUESTS.labels(*labels), BODY_BYTES.labels(labels[0]))
+        _CHILDREN[labels] = children
+    return children

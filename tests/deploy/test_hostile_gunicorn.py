@@ -82,6 +82,9 @@ def test_a_flood_of_made_up_methods_and_paths_adds_no_series(server: Server) -> 
         assert not any("R1N" in json.dumps(labels) or "R2N" in json.dumps(labels) for labels in series)
         counts.append(len(series))
     assert counts[0] == counts[1]
+    assert len(httpx.get(server.url("/metrics"), timeout=30).content) < 100_000
+    files = list(server.metrics_dir.glob("*.db"))
+    assert sum(path.stat().st_blocks * 512 for path in files) < 2 * 1024 * 1024, files  # on-disk size
     assert {labels.get("method") for labels in series} <= {"GET", "HEAD", "POST", "OPTIONS", "other", None}
 
 
