@@ -14,8 +14,9 @@ import { defineWidget } from "./widgets/base.js";
 import { SoftmaxTemperature } from "./widgets/softmax-temperature.js";
 import { TokenLikelihood } from "./widgets/token-likelihood.js";
 
-export { defineWidget, formatNumber, ServiceWidget, viridis } from "./widgets/base.js";
-export { bigramLogits } from "./widgets/bigram.js";
+export { defineWidget, formatNumber, readoutFor, ServiceWidget, viridis } from "./widgets/base.js";
+export { bigramLogits, bigramModel } from "./widgets/bigram.js";
+export { matrixTable } from "./widgets/matrix.js";
 export { AttentionHeatmap, SoftmaxTemperature, TokenLikelihood };
 
 for (const widget of [AttentionHeatmap, SoftmaxTemperature, TokenLikelihood]) defineWidget(widget);

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import json
 import posixpath
 import re
 import tomllib
@@ -153,3 +154,17 @@ def test_html_under_static_carries_the_page_policy(client: FlaskClient) -> None:
     response = client.get("/static/index.html")
     assert response.status_code == 200
     assert "default-src 'self'" in response.headers["Content-Security-Policy"]
+
+
+def test_shipped_js_and_css_lines_fit_the_formatters_width() -> None:
+    """Biome formats code to its line width but leaves comments and template strings (the CSS) as written."""
+    width = json.loads((ROOT / "biome.json").read_text())["formatter"]["lineWidth"]
+    files = [*STATIC_DIR.rglob("*.js"), *STATIC_DIR.rglob("*.css")]
+    assert len(files) >= 8
+    long = [
+        f"{path.relative_to(ROOT)}:{number} ({len(line)})"
+        for path in files
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if len(line) > width
+    ]
+    assert long == []

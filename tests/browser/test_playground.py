@@ -6,6 +6,7 @@ worked example, from the course: softmax([0, 1/√2]) = [0.3302, 0.6698].
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import urllib.request
@@ -232,6 +233,37 @@ def test_likelihood_perplexity_is_the_services(page: Any, base_url: str, watch: 
         for r in page.locator(f"{LIKELIHOOD} .tok[data-rank]").evaluate_all("s => s.map(x => x.dataset.rank)")
     ]
     assert ranks == expected["ranks"][1:]
+    # Keyboard focus on a scored token shows what hovering it shows: its rank and log-probability.
+    first_scored = page.locator(f"{LIKELIHOOD} .tok[data-rank]").first
+    first_scored.focus()
+    readout = page.locator(f"{LIKELIHOOD} .readout").inner_text()
+    assert readout == first_scored.get_attribute("title")
+    logprob = f"{expected['token_logprobs'][1]:.4f}".replace("-", "−")
+    assert readout.startswith(
+        f"{first_scored.inner_text()}: rank {expected['ranks'][1]}, log-probability {logprob};"
+    )
+
+
+def test_the_bigram_model_counts_as_a_plain_loop_does(page: Any, base_url: str) -> None:
+    """The one computation the widgets do themselves, against counting pairs in Python."""
+    page.goto(base_url + "/")
+    corpus = "the cat sat . the cat ran . a dog sat on the cat ."
+    tokens = ["the", "cat", "sat", "unseen"]
+    got = page.evaluate(
+        """async ([corpus, tokens]) => {
+            const { bigramLogits } = await import("/static/widgets.js");
+            return bigramLogits(corpus, tokens, 0.5);
+        }""",
+        [corpus, tokens],
+    )
+    training = corpus.split()
+    vocabulary = list(dict.fromkeys(training + tokens))
+    assert got["vocabulary"] == vocabulary
+    assert got["targets"] == [vocabulary.index(word) for word in tokens]
+    pairs = list(itertools.pairwise(training))
+    for word, row in zip(tokens, got["logits"], strict=True):
+        expected = [math.log(pairs.count((word, following)) + 0.5) for following in vocabulary]
+        assert row == pytest.approx(expected, rel=1e-12)
 
 
 def test_typing_a_sentence_rescores_it(page: Any, base_url: str, watch: Watch) -> None:

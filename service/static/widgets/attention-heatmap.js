@@ -1,9 +1,9 @@
 // <attention-heatmap>: masked scaled dot-product attention, step by step: QKᵀ, scaled, masked, the weights
-// (a heatmap) and the output. Every cell's full value shows on hover and on keyboard focus: each table is
-// one Tab stop, and the arrow keys (Home/End, Ctrl+Home/End) move between its cells.
+// (a heatmap) and the output. Every cell's full value shows on hover and on keyboard focus (matrix.js).
 
 import { attention } from "../client.js";
-import { debounce, formatNumber, h, parseNumbers, ServiceWidget, viridis, words } from "./base.js";
+import { debounce, formatNumber, h, parseNumbers, readoutFor, ServiceWidget, words } from "./base.js";
+import { cellOf, keepCellFocus, MATRIX_CSS, matrixTable } from "./matrix.js";
 
 const WORKED_EXAMPLE = {
   query_tokens: ["q"],
@@ -34,15 +34,9 @@ const CELL_NAMES = {
   output: "Output",
 };
 
-const CSS = `
-  .grid { display: flex; flex-wrap: wrap; gap: 16px 22px; align-items: flex-start; }
-  .step td { min-width: 4.2em; border: 1px solid #fff; }
-  .step td:focus-visible { outline-offset: -3px; }
-  td.masked { background: repeating-linear-gradient(45deg, #eee, #eee 4px, #ddd 4px, #ddd 8px); color: #555; }
-  .corner { color: var(--muted); font-weight: 400; }
+const CSS = `${MATRIX_CSS}
   .keys { display: flex; flex-wrap: wrap; gap: 4px 12px; }
   .keys label { font-weight: 400; }
-  .readout { min-height: 1.45em; margin: 10px 0 0; font-variant-numeric: tabular-nums; }
   .legend { display: flex; align-items: center; gap: 6px; margin-top: 10px; font-size: 12px;
             color: var(--muted); }
   .ramp { width: 160px; height: 10px; border-radius: 3px;
@@ -72,89 +66,6 @@ function seededRandom(seed) {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
-}
-
-/** One step as a table; its cells are a grid with one Tab stop (roving tabindex) and arrow-key moves. */
-function matrixTable(name, caption, values, rows, cols, { heat = false } = {}) {
-  const finite = values.flat().filter((v) => v !== null);
-  const lo = heat ? 0 : Math.min(...finite);
-  const hi = heat ? 1 : Math.max(...finite);
-  const cell = (value, i, j) => {
-    const td = h("td", {
-      text: formatNumber(value),
-      title: `${rows[i]} → ${cols[j]}: ${value === null ? "−∞ (hidden)" : value}`,
-      tabindex: i === 0 && j === 0 ? 0 : -1,
-      "data-row": i,
-      "data-col": j,
-    });
-    if (value === null) {
-      td.className = "masked";
-    } else if (name !== "output") {
-      const colour = viridis(hi > lo ? (value - lo) / (hi - lo) : heat ? value : 0.5);
-      td.style.background = colour.background;
-      td.style.color = colour.text;
-    }
-    return td;
-  };
-  const corner = name === "output" ? "query" : "query ╲ key";
-  const table = h(
-    "table",
-    { "data-matrix": name, role: "grid", onkeydown: moveWithKeys },
-    h("caption", { text: caption }),
-    h(
-      "thead",
-      {},
-      h(
-        "tr",
-        {},
-        h("th", { scope: "col", class: "corner", text: corner }),
-        ...cols.map((c) => h("th", { scope: "col", text: c })),
-      ),
-    ),
-    h(
-      "tbody",
-      {},
-      ...values.map((row, i) =>
-        h("tr", {}, h("th", { scope: "row", text: rows[i] }), ...row.map((value, j) => cell(value, i, j))),
-      ),
-    ),
-  );
-  return h("div", { class: `step scroll step-${name}` }, table);
-}
-
-/** Arrow keys move one cell, Home/End to the row's ends, Ctrl+Home/End to the table's corners. */
-function moveWithKeys(event) {
-  const cell = event.target.closest("td[data-row]");
-  if (!cell) return;
-  const table = event.currentTarget;
-  const i = Number(cell.dataset.row);
-  const j = Number(cell.dataset.col);
-  const last = table.querySelector("tbody tr:last-child td:last-child");
-  const [lastRow, lastCol] = [Number(last.dataset.row), Number(last.dataset.col)];
-  const moves = {
-    ArrowRight: [i, j + 1],
-    ArrowLeft: [i, j - 1],
-    ArrowDown: [i + 1, j],
-    ArrowUp: [i - 1, j],
-    Home: event.ctrlKey ? [0, 0] : [i, 0],
-    End: event.ctrlKey ? [lastRow, lastCol] : [i, lastCol],
-  };
-  const target = moves[event.key];
-  if (!target) return;
-  event.preventDefault();
-  const row = Math.min(lastRow, Math.max(0, target[0]));
-  const col = Math.min(lastCol, Math.max(0, target[1]));
-  focusCell(table, row, col);
-}
-
-/** Moves the table's one Tab stop to cell (i, j) and focuses it; false when there is no such cell. */
-function focusCell(table, i, j) {
-  const cell = table.querySelector(`td[data-row="${i}"][data-col="${j}"]`);
-  if (!cell) return false;
-  for (const other of table.querySelectorAll("td[tabindex='0']")) other.tabIndex = -1;
-  cell.tabIndex = 0;
-  cell.focus();
-  return true;
 }
 
 /** Masked scaled dot-product attention, step by step, from the service's answers. */
@@ -402,37 +313,39 @@ export class AttentionHeatmap extends ServiceWidget {
     const s = this.state;
     const label = (tokens, i, prefix) => tokens[i] ?? `${prefix}${i + 1}`;
     const rows = final.weights.map((_, i) => label(s.queryTokens, i, "q"));
-    const cols = final.weights[0].map((_, j) => label(s.keyTokens, j, "k"));
-    const values = final.output[0].map((_, j) => `v${j + 1}`);
+    const keys = final.weights[0].map((_, j) => label(s.keyTokens, j, "k"));
+    const dimensions = final.output[0].map((_, j) => `v${j + 1}`);
+    const step = (name, caption, values, cols, colour) =>
+      matrixTable({ name, caption, values, rows, cols, colour, corner: "query ╲ key" });
     const steps = [
-      matrixTable("raw", "1 · Raw dot products Q·Kᵀ", dots.scores, rows, cols),
-      matrixTable(
-        "scaled",
-        `2 · Scaled scores (× ${formatNumber(unmasked.scale)})`,
-        unmasked.scores,
+      step("raw", "1 · Raw dot products Q·Kᵀ", dots.scores, keys),
+      step("scaled", `2 · Scaled scores (× ${formatNumber(unmasked.scale)})`, unmasked.scores, keys),
+      step("masked", "3 · Masked scores (hidden = −∞)", final.scores, keys),
+      step("weights", "4 · Weights = softmax of each row", final.weights, keys, "unit"),
+      matrixTable({
+        name: "output",
+        caption: "5 · Output = weights · V",
+        values: final.output,
         rows,
-        cols,
-      ),
-      matrixTable("masked", "3 · Masked scores (hidden = −∞)", final.scores, rows, cols),
-      matrixTable("weights", "4 · Weights = softmax of each row", final.weights, rows, cols, { heat: true }),
-      matrixTable("output", "5 · Output = weights · V", final.output, rows, values),
+        cols: dimensions,
+        colour: "none",
+        corner: "query",
+      }),
     ];
     const empty = final.empty_rows.map((index) => rows[index[index.length - 1]]);
-    const focused = this.focusedCell();
-    const readout = h("p", { class: "readout", role: "status" });
-    const describe = (event) => {
-      const cell = event.target.closest?.("td[data-row]");
-      if (!cell) return;
-      const kind = CELL_NAMES[cell.closest("table").dataset.matrix];
-      readout.textContent = `${kind} ${cell.title}`;
-    };
+    const refocus = keepCellFocus(this.shadowRoot);
+    const grid = h("div", { class: "grid" }, ...steps);
+    const readout = readoutFor(grid, (element) => {
+      const at = cellOf(element);
+      return at && `${CELL_NAMES[at.matrix]} ${at.cell.title}`;
+    });
     const intro =
       `Rows are queries, columns are keys; scale used: ${formatNumber(final.scale)}. Scores are coloured ` +
       "from their smallest to their largest value, weights from 0 to 1. Hover over a cell, or move to it " +
       "with Tab and the arrow keys, for its value.";
     this.output.replaceChildren(
       h("p", { class: "muted", text: intro }),
-      h("div", { class: "grid", onfocusin: describe, onmouseover: describe }, ...steps),
+      grid,
       readout,
       h(
         "div",
@@ -450,17 +363,6 @@ export class AttentionHeatmap extends ServiceWidget {
           ]
         : []),
     );
-    if (focused) {
-      const table = this.output.querySelector(`table[data-matrix=${focused.matrix}]`);
-      if (table) focusCell(table, focused.row, focused.col);
-    }
-  }
-
-  /** The cell that has keyboard focus, if any, so that a new answer keeps the focus where it was. */
-  focusedCell() {
-    const active = this.shadowRoot.activeElement;
-    if (!active?.matches("td[data-row]")) return null;
-    const matrix = active.closest("table").dataset.matrix;
-    return { matrix, row: Number(active.dataset.row), col: Number(active.dataset.col) };
+    refocus();
   }
 }

@@ -71,6 +71,21 @@ export function words(text) {
   return text.trim().split(/\s+/).filter(Boolean);
 }
 
+/**
+ * A status line that says what `describe(element)` returns for the element under the keyboard focus or the
+ * pointer inside `area` (null: keep the line as it is), so that focus shows what hover shows.
+ */
+export function readoutFor(area, describe) {
+  const line = h("p", { class: "readout", role: "status" });
+  const show = (event) => {
+    const text = describe(event.target);
+    if (text) line.textContent = text;
+  };
+  area.addEventListener("focusin", show);
+  area.addEventListener("mouseover", show);
+  return line;
+}
+
 const BASE_CSS = `
   :host { display: block; color: #1b1b1f;
           font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
@@ -100,6 +115,7 @@ const BASE_CSS = `
   .muted { color: var(--muted); font-size: 13px; }
   .stale { opacity: 0.45; }
   .scroll { overflow-x: auto; max-width: 100%; }
+  .readout { min-height: 1.45em; margin: 10px 0 0; font-variant-numeric: tabular-nums; }
   table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
   caption { text-align: left; font-weight: 600; padding-bottom: 4px; white-space: nowrap; }
   th { font-weight: 600; font-size: 13px; padding: 2px 6px; color: #333; }

@@ -13,13 +13,26 @@ export function tokenize(text) {
   return text.toLowerCase().match(/[a-z0-9']+|[.,!?;:]/g) ?? [];
 }
 
-/** A bigram model's logits with add-α smoothing: row t holds log(count(token t → v) + α) for each v. */
-export function bigramLogits(corpus, tokens, smoothing = 0.1) {
+/**
+ * A bigram model with add-α smoothing, learned from `corpus`; the `extra` words join its vocabulary unseen.
+ * `logitsAfter(word)` is the row of logits for the word that follows: log(count(word → v) + α) for each v.
+ */
+export function bigramModel(corpus, { extra = [], smoothing = 0.1 } = {}) {
   const training = tokenize(corpus);
-  const vocabulary = [...new Set([...training, ...tokens])];
+  const vocabulary = [...new Set([...training, ...extra])];
   const index = new Map(vocabulary.map((word, i) => [word, i]));
   const counts = vocabulary.map(() => new Array(vocabulary.length).fill(0));
   for (let t = 1; t < training.length; t++) counts[index.get(training[t - 1])][index.get(training[t])] += 1;
-  const logits = tokens.map((word) => counts[index.get(word)].map((count) => Math.log(count + smoothing)));
-  return { vocabulary, logits, targets: tokens.map((word) => index.get(word)) };
+  const logitsAfter = (word) => counts[index.get(word)].map((count) => Math.log(count + smoothing));
+  return { vocabulary, index, logitsAfter };
+}
+
+/** What /v1/log-likelihood needs to score `tokens` under the bigram model of `corpus`. */
+export function bigramLogits(corpus, tokens, smoothing = 0.1) {
+  const { vocabulary, index, logitsAfter } = bigramModel(corpus, { extra: tokens, smoothing });
+  return {
+    vocabulary,
+    logits: tokens.map((word) => logitsAfter(word)),
+    targets: tokens.map((word) => index.get(word)),
+  };
 }

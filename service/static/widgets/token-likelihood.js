@@ -2,7 +2,7 @@
 // perplexity from /v1/log-likelihood; the logits are the caller's, or a bigram model's of a short text.
 
 import { logLikelihood } from "../client.js";
-import { debounce, formatNumber, h, ServiceWidget, viridis } from "./base.js";
+import { debounce, formatNumber, h, readoutFor, ServiceWidget, viridis } from "./base.js";
 import { bigramLogits, CORPUS, tokenize } from "./bigram.js";
 
 const EXAMPLE = { text: "the cat sat on the rug .", corpus: CORPUS, smoothing: 0.1 };
@@ -121,8 +121,14 @@ export class TokenLikelihood extends ServiceWidget {
         text: b.label,
       });
     };
+    const text = h("p", { class: "text" }, ...spans.flatMap((span) => [span, " "]));
+    // What a token's title says shows on keyboard focus too (the scored tokens are Tab stops).
+    const readout = readoutFor(text, (element) =>
+      element.classList?.contains("tok") ? element.title : null,
+    );
     this.output.replaceChildren(
-      h("p", { class: "text" }, ...spans.flatMap((span) => [span, " "])),
+      text,
+      readout,
       h(
         "div",
         { class: "legend" },
