@@ -452,12 +452,38 @@ def _attend_rows(operands: _Operands, plan: AttentionPlan, batch: tuple[int, ...
         with np.errstate(over="ignore", invalid="ignore"):
             block_output = np.matmul(scores, operands.value)
         if not np.isfinite(block_output).all():
-            raise overflow_error("the attention output", plan.dtype, field="value")
+            without_hidden = _output_without_hidden_values(scores, operands.value, hidden)
+            if without_hidden is None:
+                raise overflow_error("the attention output", plan.dtype, field="value")
+            block_output = without_hidden
         outputs.output[..., start:stop, :] = block_output
         if outputs.weights is not None:
             outputs.weights[..., start:stop, :] = scores
         if outputs.logsumexp is not None:
             outputs.logsumexp[..., start:stop] = (np.log(denominator) + row_max)[..., 0]
+
+
+def _output_without_hidden_values(
+    weights: FloatArray, value: FloatArray, hidden: BoolArray | None
+) -> FloatArray | None:
+    """The output when every non-finite value (1e39 in float32) belongs to a key hidden from every row.
+
+    A hidden key's weight is 0 by definition, so its value takes no part in the answer, but 0 × inf is NaN
+    in the product; such values are left out. Only hidden keys qualify: a visible key whose weight merely
+    underflowed to 0 may hold a value large enough that weight × value is not small (1e-46 × 1e300), so
+    a non-finite value there still overflows the answer. None when that is the case.
+    """
+    if hidden is None:
+        return None
+    non_finite = ~np.isfinite(value)
+    bad_keys = non_finite.any(axis=-1)  # [..., m]
+    seen_by_some_row = ~np.broadcast_to(hidden, weights.shape).all(axis=-2)  # [..., m]
+    if np.any(bad_keys & seen_by_some_row):
+        return None
+    finite_value = np.where(non_finite, 0, value).astype(value.dtype, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        output: FloatArray = np.matmul(weights, finite_value)
+    return output if np.isfinite(output).all() else None
 
 
 def _all_finite_or_hidden(values: FloatArray, hidden: BoolArray | None) -> bool:

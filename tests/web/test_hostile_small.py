@@ -49,3 +49,34 @@ def test_a_failed_if_match_is_412_without_the_file_or_public_caching(client: Fla
     matching = client.get("/static/client.js", headers={"If-Match": etag})
     assert matching.status_code == 200
     assert matching.get_data() == current.get_data()
+
+
+def _attention(client: FlaskClient, **body: object) -> tuple[int, dict[str, object]]:
+    response = client.post("/v1/attention", json={"precision": "float32", **body})
+    return response.status_code, response.get_json()
+
+
+def test_a_value_beyond_float32_on_a_hidden_key_does_not_spoil_a_finite_answer(client: FlaskClient) -> None:
+    query, key = [[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]]
+    value = [[1.0, 2.0], [1e39, 1.0]]  # 1e39 is inf in float32
+    # Hidden by the mask: key 0 is the only one seen, with weight 1, so the output is its value exactly.
+    status, answer = _attention(client, query=query, key=key, value=value, mask=[True, False])
+    assert status == 200, answer
+    assert answer["output"] == [[1.0, 2.0]]
+    assert answer["weights"] == [[1.0, 0.0]]
+    # Hidden by causality (upper_left: query 0 sees key 0 only).
+    status, answer = _attention(
+        client, query=query, key=key, value=value, causal=True, causal_alignment="upper_left"
+    )
+    assert (status, answer["output"]) == (200, [[1.0, 2.0]])
+    # Seen by the query: the answer is not finite in float32.
+    status, answer = _attention(client, query=query, key=key, value=value)
+    assert status == 422
+    assert answer["errors"] == {"value": [answer["detail"]]}
+
+
+def test_a_huge_value_on_a_visible_key_whose_weight_underflows_still_overflows(client: FlaskClient) -> None:
+    # exp(-200) is 0 in float32, but 1e300 is not representable there: the weight × value of the exact
+    # answer is not known to be small, so it is not left out.
+    status, _ = _attention(client, query=[[1.0]], key=[[100.0], [-100.0]], value=[[1.0], [1e300]], scale=1.0)
+    assert status == 422
