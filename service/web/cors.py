@@ -1,25 +1,84 @@
-"""CORS for widgets on other origins, by flask-cors: origins from ``CORS_ORIGINS``, no credentials."""
+"""CORS for widgets on other origins, by flask-cors: origins from ``CORS_ORIGINS``, no credentials.
+
+flask-cors works out the headers afresh for every response (origin matching, a MultiDict, debug logging);
+here its per-response hook is replaced by one that asks flask-cors's own ``get_cors_headers`` once per
+distinct (origin, preflight headers) and reuses the answer, so the headers are exactly flask-cors's. The
+cache is bounded: past :data:`MAX_CACHED` distinct requests (a client making up origins) it computes
+without storing.
+"""
 
 from __future__ import annotations
 
-from flask import Flask, Response
+from typing import Any
+
+from flask import Flask, Response, request
 from flask_cors import CORS
+from flask_cors.core import (
+    ACL_ORIGIN,
+    ACL_REQUEST_HEADER_PRIVATE_NETWORK,
+    ACL_REQUEST_HEADERS,
+    ACL_REQUEST_METHOD,
+    get_cors_headers,
+    get_cors_options,
+)
+
+MAX_CACHED = 1024
+_CacheKey = tuple[str | None, str | None, str | None, str | None, str | None]
 
 
 def enable_cors(app: Flask) -> None:
     """Answer preflights (cached ``CORS_MAX_AGE`` seconds) and mark responses for the allowed origins."""
-    CORS(
-        app,
-        origins=app.config["CORS_ORIGINS"],
-        methods=["GET", "POST", "OPTIONS"],
-        allow_headers=["Content-Type", "Authorization", "X-Request-ID"],
-        expose_headers=["X-Request-ID"],
-        max_age=app.config["CORS_MAX_AGE"],
-        supports_credentials=False,
-        send_wildcard=app.config["CORS_ORIGINS"] == ["*"],  # "*" rather than an echo: cacheable by any proxy
-    )
+    options: dict[str, Any] = {
+        "origins": app.config["CORS_ORIGINS"],
+        "methods": ["GET", "POST", "OPTIONS"],
+        "allow_headers": ["Content-Type", "Authorization", "X-Request-ID"],
+        "expose_headers": ["X-Request-ID"],
+        "max_age": app.config["CORS_MAX_AGE"],
+        "supports_credentials": False,
+        # "*" rather than an echo: cacheable by any proxy
+        "send_wildcard": app.config["CORS_ORIGINS"] == ["*"],
+    }
+    CORS(app, **options)
+    _replace_per_response_hook(app, _cached_cors_headers(get_cors_options(app, options)))
     if app.config["CORS_ORIGINS"] != ["*"]:
         app.after_request(_vary_on_origin)
+
+
+def _replace_per_response_hook(app: Flask, replacement: Any) -> None:
+    hooks = app.after_request_funcs.setdefault(None, [])
+    positions = [i for i, hook in enumerate(hooks) if getattr(hook, "__name__", "") == "cors_after_request"]
+    if len(positions) != 1:
+        raise RuntimeError(
+            "flask-cors no longer registers one cors_after_request hook: see service/web/cors.py"
+        )
+    hooks[positions[0]] = replacement
+
+
+def _cached_cors_headers(options: Any) -> Any:
+    cache: dict[_CacheKey, list[tuple[str, Any]]] = {}
+
+    def cors_headers(response: Response) -> Response:
+        if response.headers.get(ACL_ORIGIN):
+            return response  # set by a view already, as flask-cors's own hook respects
+        headers = request.headers
+        preflight = request.method == "OPTIONS"
+        key: _CacheKey = (
+            request.method if preflight else None,
+            headers.get("Origin"),
+            headers.get(ACL_REQUEST_METHOD) if preflight else None,
+            headers.get(ACL_REQUEST_HEADERS) if preflight else None,
+            headers.get(ACL_REQUEST_HEADER_PRIVATE_NETWORK),
+        )
+        to_set = cache.get(key)
+        if to_set is None:
+            to_set = list(get_cors_headers(options, headers, request.method).items())
+            if len(cache) < MAX_CACHED:
+                cache[key] = to_set
+        for name, value in to_set:
+            response.headers.add(name, value)
+        return response
+
+    return cors_headers
 
 
 def _vary_on_origin(response: Response) -> Response:

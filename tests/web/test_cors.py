@@ -46,3 +46,64 @@ def test_responses_vary_on_origin_when_origins_are_listed() -> None:
     for headers in ({}, {"Origin": "https://other.example"}, {"Origin": "https://allowed.example"}):
         response = client.post("/v1/softmax", json={"logits": [1.0, 2.0]}, headers=headers)
         assert "Origin" in response.vary
+
+
+def _reference_app(origins: list[str]) -> FlaskClient:
+    """flask-cors as it comes, with the service's options, on a route that answers every method."""
+    from flask import Flask
+    from flask_cors import CORS
+
+    app = Flask(__name__)
+    app.add_url_rule("/livez", "livez", lambda: "ok", methods=["GET", "POST", "OPTIONS"])
+    CORS(
+        app,
+        origins=origins,
+        methods=["GET", "POST", "OPTIONS"],
+        allow_headers=["Content-Type", "Authorization", "X-Request-ID"],
+        expose_headers=["X-Request-ID"],
+        max_age=600,
+        supports_credentials=False,
+        send_wildcard=origins == ["*"],
+    )
+    return app.test_client()
+
+
+def _cors_headers(response: object) -> list[tuple[str, str]]:
+    headers = response.headers  # type: ignore[attr-defined]
+    return [(name, value) for name, value in headers.items() if name.startswith("Access-Control-")]
+
+
+def test_cached_cors_headers_are_exactly_flask_cors_own() -> None:
+    requests = [
+        ("GET", {}),
+        ("GET", {"Origin": "https://a.example"}),
+        ("GET", {"Origin": "https://elsewhere.example"}),
+        ("POST", {"Origin": "https://b.example"}),
+        ("OPTIONS", PREFLIGHT | {"Origin": "https://a.example"}),
+        ("OPTIONS", PREFLIGHT | {"Origin": "https://a.example", "Access-Control-Request-Headers": "X-Other"}),
+        ("OPTIONS", {"Origin": "https://a.example", "Access-Control-Request-Method": "DELETE"}),
+        ("GET", {"Origin": "https://a.example", "Access-Control-Request-Private-Network": "true"}),
+    ]
+    for origins in (["*"], ["https://a.example", "https://b.example"]):
+        ours = create_app({"TESTING": True, "CORS_ORIGINS": origins, "ACCESS_LOG": False}).test_client()
+        reference = _reference_app(origins)
+        for _ in range(2):  # the second round is answered from the cache
+            for method, headers in requests:
+                expected = _cors_headers(reference.open("/livez", method=method, headers=headers))
+                assert _cors_headers(ours.open("/livez", method=method, headers=headers)) == expected, (
+                    origins,
+                    method,
+                    headers,
+                )
+
+
+def test_made_up_origins_do_not_grow_the_cache_without_bound() -> None:
+    from service.web.cors import MAX_CACHED
+
+    client = create_app({"TESTING": True, "ACCESS_LOG": False}).test_client()
+    for n in range(MAX_CACHED + 50):
+        response = client.get("/livez", headers={"Origin": f"https://{n}.example"})
+        assert response.headers["Access-Control-Allow-Origin"] == "*"
+    hook = next(h for h in client.application.after_request_funcs[None] if h.__name__ == "cors_headers")
+    cache = next(cell.cell_contents for cell in hook.__closure__ if isinstance(cell.cell_contents, dict))
+    assert len(cache) == MAX_CACHED
