@@ -1,8 +1,9 @@
-"""Pure-NumPy numerical kernels: attention, softmax and sequence log-likelihood.
+"""Pure-NumPy numerical kernels: attention, multi-head layers, positional encodings, softmax, likelihood.
 
-The implementation lives in private modules (``_attention``, ``_softmax``, ``_likelihood``, ``_visibility``,
-``_common``, ``_errors``), as in SciPy's ``scipy.special`` and JAX's ``jax.nn``; this package re-exports the
-public names, so that ``service.kernels.attention`` is the function and no module shadows it.
+The implementation lives in private modules (``_attention``, ``_multihead``, ``_positions``, ``_softmax``,
+``_likelihood``, ``_visibility``, ``_common``, ``_errors``), as in SciPy's ``scipy.special`` and JAX's
+``jax.nn``; this package re-exports the public names, so that ``service.kernels.attention`` is the function
+and no module shadows it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from service.kernels._attention import (
     EmptyRowPolicy,
     attention,
     attention_shapes,
+    check_window,
 )
 from service.kernels._errors import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
 from service.kernels._likelihood import (
@@ -20,6 +22,20 @@ from service.kernels._likelihood import (
     LikelihoodResult,
     likelihood_shapes,
     sequence_log_likelihood,
+)
+from service.kernels._multihead import (
+    MultiHeadResult,
+    MultiHeadShapes,
+    multi_head_attention,
+    multi_head_shapes,
+)
+from service.kernels._positions import (
+    Rotary,
+    RotaryStyle,
+    RotaryTables,
+    apply_rotary,
+    rotary_tables,
+    sinusoidal_encoding,
 )
 from service.kernels._softmax import (
     SoftmaxResult,
@@ -39,14 +55,25 @@ __all__ = [
     "EmptyRowPolicy",
     "KernelError",
     "LikelihoodResult",
+    "MultiHeadResult",
+    "MultiHeadShapes",
     "NumericalOverflowError",
+    "Rotary",
+    "RotaryStyle",
+    "RotaryTables",
     "ShapeError",
     "SoftmaxResult",
+    "apply_rotary",
     "attention",
     "attention_shapes",
+    "check_window",
     "likelihood_shapes",
     "log_softmax",
+    "multi_head_attention",
+    "multi_head_shapes",
+    "rotary_tables",
     "sequence_log_likelihood",
+    "sinusoidal_encoding",
     "softmax",
     "softmax_shapes",
     "tempered_log_softmax",

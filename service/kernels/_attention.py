@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,7 +32,15 @@ from service.kernels._common import (
     rows_per_block,
 )
 from service.kernels._errors import EmptyRowError, KernelError, ShapeError, describe_rows, format_shape
-from service.kernels._visibility import Band, CausalAlignment, empty_row_flags, hidden_keys, row_block
+from service.kernels._positions import Rotary, check_rotary, rotate, tables_at
+from service.kernels._visibility import (
+    Band,
+    CausalAlignment,
+    empty_row_flags,
+    hidden_keys,
+    position_offset,
+    row_block,
+)
 
 EmptyRowPolicy = Literal["error", "zero"]
 
@@ -46,6 +55,9 @@ class AttentionShapes:
     d_k: int
     d_v: int
     single_query: bool
+    kv_heads: int | None = (
+        None  # with enable_gqa: H_kv key/value heads shared by the H_q = batch[-1] query heads
+    )
 
     @property
     def scores_elements(self) -> int:
@@ -79,9 +91,21 @@ def attention_shapes(
     *,
     mask_shape: Sequence[int] | None = None,
     bias_shape: Sequence[int] | None = None,
+    alibi_shape: Sequence[int] | None = None,
+    enable_gqa: bool = False,
 ) -> AttentionShapes:
-    """Check that the shapes fit together (without allocating) and return the derived sizes."""
+    """Check that the shapes fit together (without allocating) and return the derived sizes.
+
+    With ``enable_gqa`` the head axis (−3) of key and value, ``H_kv``, may divide the query's ``H_q``:
+    query head ``i`` then reads key/value head ``i // (H_q / H_kv)``.
+    """
     query_shape, key_shape, value_shape = tuple(query_shape), tuple(key_shape), tuple(value_shape)
+    kv_heads = None
+    if enable_gqa:
+        kv_heads = _check_grouped_heads(query_shape, key_shape, value_shape)
+        # Checked as if key and value had H_q heads, which is how they are read.
+        key_shape = (*key_shape[:-3], query_shape[-3], *key_shape[-2:])
+        value_shape = (*value_shape[:-3], query_shape[-3], *value_shape[-2:])
     if len(query_shape) < 1:
         raise ShapeError("query must have at least 1 dimension [..., n, d_k] but is a scalar", field="query")
     for field, shape in (("key", key_shape), ("value", value_shape)):
@@ -135,11 +159,55 @@ def attention_shapes(
         d_k=d_k,
         d_v=value_shape[-1],
         single_query=single_query,
+        kv_heads=kv_heads,
     )
     for field, optional_shape in (("mask", mask_shape), ("bias", bias_shape)):
         if optional_shape is not None:
             _check_broadcasts_to_weights(tuple(optional_shape), shapes, field=field)
+    if alibi_shape is not None:
+        alibi_shape = tuple(alibi_shape)
+        try:
+            fits = np.broadcast_shapes(alibi_shape, shapes.batch) == shapes.batch
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ShapeError(
+                f"alibi_slopes shape {format_shape(alibi_shape)} does not broadcast to the leading "
+                f"dimensions {format_shape(shapes.batch)} (one slope per head: the query's dimension -3)",
+                field="alibi_slopes",
+            )
     return shapes
+
+
+def _check_grouped_heads(
+    query_shape: tuple[int, ...], key_shape: tuple[int, ...], value_shape: tuple[int, ...]
+) -> int:
+    """``H_kv`` for grouped-query attention, after checking the head axes (−3) of all three inputs."""
+    for field, shape, rows in (
+        ("query", query_shape, "n, d_k"),
+        ("key", key_shape, "m, d_k"),
+        ("value", value_shape, "m, d_v"),
+    ):
+        if len(shape) < 3:
+            raise ShapeError(
+                f"with enable_gqa, {field} must have a head axis [..., H, {rows}] but has shape "
+                f"{format_shape(shape)}",
+                field=field,
+            )
+    query_heads, kv_heads = query_shape[-3], key_shape[-3]
+    if value_shape[-3] != kv_heads:
+        raise ShapeError(
+            f"value has {value_shape[-3]} heads but key has {kv_heads}; with enable_gqa both hold the H_kv "
+            "key/value heads",
+            field="value",
+        )
+    if kv_heads == 0 or query_heads % kv_heads:
+        raise ShapeError(
+            f"with enable_gqa the query's H_q={query_heads} heads must be a multiple of the key's "
+            f"H_kv={kv_heads} heads (query head i reads key/value head i // (H_q / H_kv))",
+            field="key",
+        )
+    return kv_heads
 
 
 def _check_broadcasts_to_weights(shape: tuple[int, ...], shapes: AttentionShapes, *, field: str) -> None:
@@ -183,6 +251,11 @@ def attention(
     causal: bool = False,
     causal_alignment: CausalAlignment = "lower_right",
     scale: float | None = None,
+    enable_gqa: bool = False,
+    window: tuple[int | None, int | None] | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    softcap: float | None = None,
+    rotary: Rotary | None = None,
     empty_rows: EmptyRowPolicy = "error",
     return_weights: bool = False,
     return_scores: bool = False,
@@ -198,6 +271,18 @@ def attention(
     query). ``mask`` is True where a query may attend to a key; ``causal`` further hides later keys (see
     :mod:`service.kernels._visibility` for the alignment). Without weights or scores requested, query rows
     (and, for a large batch, batch entries) are processed in blocks so that temporaries stay small.
+
+    Options, in the order they act (all off by default):
+
+    - ``rotary``: RoPE on the query and key rows (:class:`Rotary`); the scores are the rotated ones.
+    - ``softcap`` (> 0): scaled scores become ``softcap · tanh(scores / softcap)`` (Gemma 2).
+    - ``bias``, then ``alibi_slopes`` (one per head, broadcastable to the leading dimensions): adds
+      ``−slope · |i' − j|``, with ``i'`` the query's position in key coordinates (FlashAttention's ALiBi).
+    - ``window`` ``(left, right)`` (None = unbounded side): key ``j`` is visible only when
+      ``i' − left ≤ j ≤ i' + right``; with ``mask`` and ``causal`` by AND.
+    - ``enable_gqa``: key/value carry ``H_kv`` heads at dim −3 and the query ``H_q``, a multiple; query head
+      ``i`` reads key/value head ``i // (H_q / H_kv)`` (PyTorch's semantics; MQA is ``H_kv = 1``), without
+      copying the keys and values.
     """
     float_dtype = resolve_float_dtype(dtype)
     if causal_alignment not in ("lower_right", "upper_left"):
@@ -209,18 +294,26 @@ def attention(
         raise KernelError(f"empty_rows must be 'error' or 'zero', got {empty_rows!r}", field="empty_rows")
     if block_rows is not None:
         block_rows = check_int(block_rows, field="block_rows", minimum=1)
+    window = None if window is None else check_window(window)
+    if softcap is not None:
+        softcap = check_finite_scalar(softcap, field="softcap", minimum=0.0, strict=True)
 
     q = as_float_array(query, float_dtype, field="query")
     k = as_float_array(key, float_dtype, field="key")
     v = as_float_array(value, float_dtype, field="value")
     visible = None if mask is None else as_bool_mask(mask)
     b = None if bias is None else as_float_array(bias, float_dtype, field="bias")
+    slopes = None if alibi_slopes is None else as_float_array(alibi_slopes, float_dtype, field="alibi_slopes")
+    if slopes is not None and not np.isfinite(slopes).all():
+        raise KernelError("alibi_slopes must be finite", field="alibi_slopes")
     shapes = attention_shapes(
         q.shape,
         k.shape,
         v.shape,
         mask_shape=None if visible is None else visible.shape,
         bias_shape=None if b is None else b.shape,
+        alibi_shape=None if slopes is None else slopes.shape,
+        enable_gqa=enable_gqa,
     )
     scale = 1.0 / math.sqrt(shapes.d_k) if scale is None else check_finite_scalar(scale, field="scale")
     if abs(scale) > float(np.finfo(float_dtype).max):  # checked first: the float32 cast would give inf
@@ -231,19 +324,41 @@ def attention(
         q = q[np.newaxis, :]
         visible = None if visible is None or visible.ndim == 0 else visible[..., np.newaxis, :]
         b = None if b is None or b.ndim == 0 else b[..., np.newaxis, :]
+    offset = position_offset(shapes.n, shapes.m, causal_alignment)
+    if rotary is not None:
+        q, k = rotate_rows(q, k, rotary, offset=offset, dtype=float_dtype)
+    band = Band.build(n=shapes.n, m=shapes.m, causal=causal, alignment=causal_alignment, window=window)
+    empty_indices = _empty_rows(shapes, band, visible, policy=empty_rows, window=window)
+
+    operands = _Operands(
+        query=q,
+        key=k,
+        value=v,
+        visible=visible,
+        bias=b,
+        alibi=None if slopes is None else slopes[..., np.newaxis, np.newaxis],
+    )
+    core = shapes
+    if shapes.kv_heads is not None:
+        groups = shapes.batch[-1] // shapes.kv_heads
+        operands = operands.grouped(shapes.kv_heads, groups)
+        core = dataclasses.replace(shapes, batch=(*shapes.batch[:-1], shapes.kv_heads, groups))
     plan = AttentionPlan(
-        shapes=shapes,
+        shapes=core,
         dtype=float_dtype,
         # A scale that underflows to 0 in float32 is kept: all scores 0 (plus bias) is the float32 answer.
         scale=float_dtype.type(scale),
-        band=Band.build(n=shapes.n, m=shapes.m, causal=causal, alignment=causal_alignment),
+        softcap=None if softcap is None else float_dtype.type(softcap),
+        offset=offset,
+        band=band,
         block_rows=block_rows,
         return_weights=return_weights,
         return_scores=return_scores,
         return_logsumexp=return_logsumexp,
     )
-    empty_indices = _empty_rows(plan, visible, policy=empty_rows)
-    outputs = _attend(_Operands(query=q, key=k, value=v, visible=visible, bias=b), plan)
+    outputs = _attend(operands, plan)
+    if shapes.kv_heads is not None:
+        outputs = outputs.reshaped(shapes.batch)
     if shapes.single_query:
         outputs = outputs.first_row()
     return AttentionResult(
@@ -256,6 +371,34 @@ def attention(
     )
 
 
+def check_window(window: Sequence[int | None]) -> tuple[int | None, int | None]:
+    """``window`` as ``(left, right)``: each an integer >= 0, or None for no bound on that side."""
+    if len(window) != 2:
+        raise KernelError(
+            f"window must be a pair [left, right] of integers >= 0 or null, got {window!r}", field="window"
+        )
+    left, right = (
+        None if side is None else check_int(side, field="window", minimum=0, maximum=2**62) for side in window
+    )
+    return left, right
+
+
+def rotate_rows(
+    q: FloatArray, k: FloatArray, rotary: Rotary, *, offset: int, dtype: FloatDType
+) -> tuple[FloatArray, FloatArray]:
+    """The query and key rows with rotary embedding, at positions that follow the causal alignment."""
+    n, m = q.shape[-2], k.shape[-2]
+    dim, base = check_rotary(rotary, q.shape[-1])
+    query_offset = offset if rotary.query_offset is None else rotary.query_offset
+    key_offset = 0 if rotary.key_offset is None else rotary.key_offset
+    query_positions = np.arange(n, dtype=np.float64) + query_offset
+    key_positions = np.arange(m, dtype=np.float64) + key_offset
+    return (
+        rotate(q, tables_at(query_positions, dim, base, dtype), style=rotary.style),
+        rotate(k, tables_at(key_positions, dim, base, dtype), style=rotary.style),
+    )
+
+
 @dataclass(frozen=True)
 class AttentionPlan:
     """What :func:`attention` derives once from its arguments, for the helpers that do the arithmetic."""
@@ -263,7 +406,9 @@ class AttentionPlan:
     shapes: AttentionShapes
     dtype: FloatDType
     scale: Float  # in the computation's dtype
-    band: Band | None  # causal masking in key coordinates (None: no band)
+    softcap: Float | None
+    offset: int  # the key position of query row 0 (ALiBi's distances)
+    band: Band | None  # causal masking and the window, in key coordinates (None: no band)
     block_rows: int | None  # query rows per block (None: as many as fit in BLOCK_ELEMENTS)
     return_weights: bool
     return_scores: bool
@@ -282,7 +427,7 @@ def _to_batch(array: ArrayT, batch: tuple[int, ...]) -> ArrayT:
     return cast("ArrayT", np.broadcast_to(array, (*batch, rows, columns)))  # a view: same dtype
 
 
-def _view(array: ArrayT, index: tuple[int | slice | EllipsisType, ...]) -> ArrayT:
+def _view(array: ArrayT, index: tuple[int | slice | EllipsisType | None, ...]) -> ArrayT:
     return cast("ArrayT", array[index])  # basic indexing: a view of the same dtype
 
 
@@ -295,6 +440,7 @@ class _Operands:
     value: FloatArray
     visible: BoolArray | None
     bias: FloatArray | None
+    alibi: FloatArray | None  # the slopes, [..., 1, 1]
 
     def to_batch(self, batch: tuple[int, ...]) -> _Operands:
         """Every array broadcast to the whole batch (views), so that a block indexes them all alike."""
@@ -304,6 +450,30 @@ class _Operands:
             value=_to_batch(self.value, batch),
             visible=None if self.visible is None else _to_batch(self.visible, batch),
             bias=None if self.bias is None else _to_batch(self.bias, batch),
+            alibi=None if self.alibi is None else _to_batch(self.alibi, batch),
+        )
+
+    def grouped(self, kv_heads: int, groups: int) -> _Operands:
+        """Query heads ``[..., H_q, ·, ·]`` as ``[..., H_kv, G, ·, ·]`` and key/value heads as
+        ``[..., H_kv, 1, ·, ·]``: each group of ``G`` query heads broadcasts against its key/value head."""
+
+        def split(array: ArrayT) -> ArrayT:
+            if array.ndim < 3:
+                return array  # no head axis: broadcasts as before
+            if array.shape[-3] == 1:
+                return _view(array, (..., np.newaxis, slice(None), slice(None)))
+            return cast("ArrayT", array.reshape(*array.shape[:-3], kv_heads, groups, *array.shape[-2:]))
+
+        def shared(array: FloatArray) -> FloatArray:
+            return _view(array, (..., np.newaxis, slice(None), slice(None)))
+
+        return _Operands(
+            query=split(self.query),
+            key=shared(self.key),
+            value=shared(self.value),
+            visible=None if self.visible is None else split(self.visible),
+            bias=None if self.bias is None else split(self.bias),
+            alibi=None if self.alibi is None else split(self.alibi),
         )
 
     def block(self, index: tuple[int | slice, ...]) -> _Operands:
@@ -314,6 +484,7 @@ class _Operands:
             value=_view(self.value, index),
             visible=None if self.visible is None else _view(self.visible, index),
             bias=None if self.bias is None else _view(self.bias, index),
+            alibi=None if self.alibi is None else _view(self.alibi, index),
         )
 
 
@@ -345,6 +516,19 @@ class _Outputs:
             logsumexp=None if self.logsumexp is None else _view(self.logsumexp, index),
         )
 
+    def reshaped(self, batch: tuple[int, ...]) -> _Outputs:
+        """The same results with leading dimensions ``batch`` (grouped heads back to ``H_q``; views)."""
+
+        def to(array: FloatArray, trailing: int) -> FloatArray:
+            return array.reshape(*batch, *array.shape[array.ndim - trailing :])
+
+        return _Outputs(
+            output=to(self.output, 2),
+            weights=None if self.weights is None else to(self.weights, 2),
+            scores=None if self.scores is None else to(self.scores, 2),
+            logsumexp=None if self.logsumexp is None else to(self.logsumexp, 1),
+        )
+
     def first_row(self) -> _Outputs:
         """Without the row axis: the shapes of a single query's results."""
         return _Outputs(
@@ -355,11 +539,17 @@ class _Outputs:
         )
 
 
-def _empty_rows(plan: AttentionPlan, visible: BoolArray | None, *, policy: EmptyRowPolicy) -> IntArray:
+def _empty_rows(
+    shapes: AttentionShapes,
+    band: Band | None,
+    visible: BoolArray | None,
+    *,
+    policy: EmptyRowPolicy,
+    window: tuple[int | None, int | None] | None,
+) -> IntArray:
     """The indices ``(k, r)`` of the query rows that see no key; raises unless ``policy`` is zero."""
-    shapes = plan.shapes
     index_rank = len(shapes.batch) + (0 if shapes.single_query else 1)
-    flags = empty_row_flags(plan.band, visible, batch=shapes.batch, n=shapes.n, m=shapes.m)
+    flags = empty_row_flags(band, visible, batch=shapes.batch, n=shapes.n, m=shapes.m)
     if shapes.single_query:
         flags = flags[..., 0]
     if not flags.any():
@@ -368,22 +558,25 @@ def _empty_rows(plan: AttentionPlan, visible: BoolArray | None, *, policy: Empty
         count = int(np.count_nonzero(flags))
         # Only the first few are indexed: listing millions of rows would cost seconds and gigabytes.
         listed = first_indices(flags, LISTED_EMPTY_ROWS)
+        # Blame what the caller sent: the band (window, causal) when it alone empties the rows, else the mask.
+        band_alone = empty_row_flags(band, None, batch=shapes.batch, n=shapes.n, m=shapes.m)
+        if shapes.single_query:
+            band_alone = band_alone[..., 0]
+        field = "window" if window is not None else "causal"
+        if visible is not None and not bool(band_alone[flags].all()):
+            field = "mask"
         raise EmptyRowError(
-            _empty_rows_message(listed, count, plan),
-            rows=listed,
-            count=count,
-            field="mask" if visible is not None else "causal",  # blame what the caller sent
+            _empty_rows_message(listed, count, shapes, band), rows=listed, count=count, field=field
         )
     return np.argwhere(flags).astype(np.int64, copy=False)
 
 
-def _empty_rows_message(rows: list[list[int]], count: int, plan: AttentionPlan) -> str:
+def _empty_rows_message(rows: list[list[int]], count: int, shapes: AttentionShapes, band: Band | None) -> str:
     message = describe_rows("query row", "no visible key", rows, count)
-    if plan.band is not None and plan.band.offset < 0 and plan.band.right == 0:
-        n, m = plan.shapes.n, plan.shapes.m
+    if band is not None and band.offset < 0 and band.right == 0:
         message += (
-            f" (with lower_right causal alignment and more queries than keys, n={n} > m={m}, "
-            f"the first {-plan.band.offset} query rows see no key)"
+            f" (with lower_right causal alignment and more queries than keys, n={shapes.n} > m={shapes.m}, "
+            f"the first {-band.offset} query rows see no key)"
         )
     return message + "; allow at least one key per row, or ask for empty rows to be zero"
 
@@ -426,10 +619,17 @@ def _attend_rows(operands: _Operands, plan: AttentionPlan, batch: tuple[int, ...
             if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
                 scores = np.broadcast_to(scores, block_shape).copy()
             scores *= plan.scale
+            if plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
+                scores /= plan.softcap
+                np.tanh(scores, out=scores)
+                scores *= plan.softcap
             if block_bias is not None:
                 scores += block_bias
+            alibi = None if operands.alibi is None else _alibi(operands.alibi, plan, start, stop)
+            if alibi is not None:
+                scores += alibi
         if not _all_finite_or_hidden(scores, hidden):
-            field = _blame_for_scores(block_query, key_t, block_bias, plan.scale, hidden)
+            field = _blame_for_scores(block_query, key_t, block_bias, alibi, plan, hidden)
             raise overflow_error("the attention scores", plan.dtype, field=field)
         if hidden is not None:
             np.copyto(scores, -np.inf, where=hidden)
@@ -486,6 +686,15 @@ def _output_without_hidden_values(
     return output if np.isfinite(output).all() else None
 
 
+def _alibi(slopes: FloatArray, plan: AttentionPlan, start: int, stop: int) -> FloatArray:
+    """``−slope · |i' − j|`` for query rows ``start:stop`` and every key, ``[..., rows, m]``."""
+    positions = np.arange(start, stop) + plan.offset
+    distances = np.abs(positions[:, np.newaxis] - np.arange(plan.shapes.m)).astype(plan.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow shows as non-finite scores, checked
+        term: FloatArray = -slopes * distances
+    return term
+
+
 def _all_finite_or_hidden(values: FloatArray, hidden: BoolArray | None) -> bool:
     """Whether every entry of ``values`` is finite or hidden (a hidden key may hold anything)."""
     finite = np.isfinite(values)
@@ -496,7 +705,8 @@ def _blame_for_scores(
     q: FloatArray,
     key_t: FloatArray,
     bias: FloatArray | None,
-    scale: Float,
+    alibi: FloatArray | None,
+    plan: AttentionPlan,
     hidden: BoolArray | None,
 ) -> str:
     """The input behind non-finite scores: a non-finite input, else the step that first overflows.
@@ -513,6 +723,8 @@ def _blame_for_scores(
             largest_query = float(np.max(np.abs(q), initial=0.0))
             largest_key = float(np.max(np.abs(key_t), initial=0.0))
             return "query" if largest_query >= largest_key else "key"
-        if not _all_finite_or_hidden(products * scale, hidden):
+        if plan.softcap is None and not _all_finite_or_hidden(products * plan.scale, hidden):
             return "scale"
-    return "bias"
+    if alibi is not None and not _all_finite_or_hidden(alibi, hidden):
+        return "alibi_slopes"
+    return "bias" if bias is not None else "alibi_slopes"

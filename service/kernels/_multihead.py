@@ -1,0 +1,350 @@
+"""A multi-head attention layer: projections, per-head attention with every option, the output projection.
+
+As in Attention Is All You Need §3.2.2 and PyTorch's ``nn.MultiheadAttention`` (batch first), in the
+``x @ W`` convention: ``Q = query @ w_q + b_q`` split into ``H_q`` heads of ``d_k``, ``K`` and ``V`` into
+``H_kv`` heads, ``attention`` per head (grouped when ``H_kv < H_q``), the heads concatenated and projected
+by ``w_o``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from service.kernels._attention import EmptyRowPolicy, attention, rotate_rows
+from service.kernels._common import (
+    DTypeArg,
+    FloatArray,
+    FloatDType,
+    IntArray,
+    as_float_array,
+    check_int,
+    overflow_error,
+    resolve_float_dtype,
+)
+from service.kernels._errors import KernelError, ShapeError, format_shape
+from service.kernels._positions import Rotary
+from service.kernels._visibility import CausalAlignment, position_offset
+
+
+@dataclass(frozen=True)
+class MultiHeadShapes:
+    """The sizes of one layer call, derived from the shapes alone (for the work limits, before allocating)."""
+
+    batch: tuple[int, ...]
+    n: int
+    m: int
+    d_model: int
+    d_kv_model: int
+    num_heads: int
+    num_kv_heads: int
+    d_k: int
+    d_v: int
+    d_out: int
+
+    @property
+    def heads_batch(self) -> tuple[int, ...]:
+        """The leading dimensions of the per-head arrays: ``batch + (H_q,)``."""
+        return (*self.batch, self.num_heads)
+
+    @property
+    def projection_multiplies(self) -> int:
+        """Multiply-adds of the four projections."""
+        rows = math.prod(self.batch)
+        return rows * (
+            self.n * self.d_model * self.num_heads * self.d_k
+            + self.m * self.d_kv_model * self.num_kv_heads * (self.d_k + self.d_v)
+            + self.n * self.num_heads * self.d_v * self.d_out
+        )
+
+    @property
+    def scores_elements(self) -> int:
+        """Entries of every head's score matrix, ``prod(batch) · H_q · n · m``."""
+        return math.prod(self.batch) * self.num_heads * self.n * self.m
+
+
+def multi_head_shapes(
+    query_shape: Sequence[int],
+    key_shape: Sequence[int] | None,
+    value_shape: Sequence[int] | None,
+    *,
+    w_q: Sequence[int],
+    w_k: Sequence[int],
+    w_v: Sequence[int],
+    w_o: Sequence[int],
+    num_heads: int,
+    num_kv_heads: int | None = None,
+    b_q: Sequence[int] | None = None,
+    b_k: Sequence[int] | None = None,
+    b_v: Sequence[int] | None = None,
+    b_o: Sequence[int] | None = None,
+) -> MultiHeadShapes:
+    """Check the shapes of a layer call (without allocating) and return the derived sizes.
+
+    ``query [..., n, d_model]``, ``key``/``value [..., m, d_kv_model]`` (default: the query), ``w_q
+    [d_model, H_q·d_k]``, ``w_k [d_kv_model, H_kv·d_k]``, ``w_v [d_kv_model, H_kv·d_v]``, ``w_o [H_q·d_v,
+    d_out]``, biases of the projections' widths.
+    """
+    num_heads = check_int(num_heads, field="num_heads", minimum=1)
+    num_kv_heads = (
+        num_heads if num_kv_heads is None else check_int(num_kv_heads, field="num_kv_heads", minimum=1)
+    )
+    if num_heads % num_kv_heads:
+        raise KernelError(
+            f"num_heads={num_heads} must be a multiple of num_kv_heads={num_kv_heads} (query head i reads "
+            "key/value head i // (num_heads / num_kv_heads))",
+            field="num_kv_heads",
+        )
+    query_shape = tuple(query_shape)
+    key_shape = query_shape if key_shape is None else tuple(key_shape)
+    value_shape = key_shape if value_shape is None else tuple(value_shape)
+    w_q, w_k, w_v, w_o = tuple(w_q), tuple(w_k), tuple(w_v), tuple(w_o)
+    for field, shape, axes in (
+        ("query", query_shape, "[..., n, d_model]"),
+        ("key", key_shape, "[..., m, d_kv_model]"),
+        ("value", value_shape, "[..., m, d_kv_model]"),
+    ):
+        if len(shape) < 2:
+            raise ShapeError(
+                f"{field} must have at least 2 dimensions {axes} but has shape {format_shape(shape)}",
+                field=field,
+            )
+    for field, shape in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
+        if len(tuple(shape)) != 2:
+            raise ShapeError(
+                f"{field} must be a matrix (2 dimensions), got shape {format_shape(tuple(shape))}",
+                field=field,
+            )
+    d_model, m = query_shape[-1], key_shape[-2]
+    d_kv_model = key_shape[-1]
+    if value_shape[-2:] != (m, d_kv_model):
+        raise ShapeError(
+            f"value shape {format_shape(value_shape)} must end in [m, d_kv_model] = [{m}, {d_kv_model}], "
+            "like the key's",
+            field="value",
+        )
+    _expect_rows("w_q", w_q, d_model, "d_model (the query's last dimension)")
+    _expect_rows("w_k", w_k, d_kv_model, "d_kv_model (the key's last dimension)")
+    _expect_rows("w_v", w_v, d_kv_model, "d_kv_model (the value's last dimension)")
+    d_k = _head_width("w_q", w_q[1], num_heads, "num_heads")
+    if w_k[1] != num_kv_heads * d_k:
+        raise ShapeError(
+            f"w_k has {w_k[1]} columns but needs num_kv_heads · d_k = {num_kv_heads} · {d_k} = "
+            f"{num_kv_heads * d_k}",
+            field="w_k",
+        )
+    d_v = _head_width("w_v", w_v[1], num_kv_heads, "num_kv_heads")
+    if w_o[0] != num_heads * d_v:
+        raise ShapeError(
+            f"w_o has {w_o[0]} rows but needs num_heads · d_v = {num_heads} · {d_v} = {num_heads * d_v}",
+            field="w_o",
+        )
+    for field, bias, width in (
+        ("b_q", b_q, w_q[1]),
+        ("b_k", b_k, w_k[1]),
+        ("b_v", b_v, w_v[1]),
+        ("b_o", b_o, w_o[1]),
+    ):
+        if bias is not None and tuple(bias) != (width,):
+            raise ShapeError(
+                f"{field} must have shape [{width}], got {format_shape(tuple(bias))}", field=field
+            )
+    try:
+        batch = np.broadcast_shapes(query_shape[:-2], key_shape[:-2], value_shape[:-2])
+    except ValueError:
+        raise ShapeError(
+            f"the batch dimensions of query {format_shape(query_shape)}, key {format_shape(key_shape)} and "
+            f"value {format_shape(value_shape)} do not broadcast",
+            field="key",
+        ) from None
+    return MultiHeadShapes(
+        batch=tuple(int(size) for size in batch),
+        n=query_shape[-2],
+        m=m,
+        d_model=d_model,
+        d_kv_model=d_kv_model,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        d_k=d_k,
+        d_v=d_v,
+        d_out=w_o[1],
+    )
+
+
+def _expect_rows(field: str, shape: Sequence[int], rows: int, what: str) -> None:
+    if shape[0] != rows:
+        raise ShapeError(f"{field} has {shape[0]} rows but needs {rows}, {what}", field=field)
+
+
+def _head_width(field: str, columns: int, heads: int, heads_field: str) -> int:
+    if columns == 0 or columns % heads:
+        raise ShapeError(
+            f"{field} has {columns} columns, which do not split into {heads_field}={heads} heads of equal "
+            "width",
+            field=field,
+        )
+    return columns // heads
+
+
+@dataclass(frozen=True)
+class MultiHeadResult:
+    """The layer's output and, when asked for, the steps in between.
+
+    ``output [..., n, d_out]``; ``weights``/``scores [..., H_q, n, m]``; ``heads [..., H_q, n, d_v]`` (the
+    per-head outputs, concatenated along the features before ``w_o``); ``q [..., H_q, n, d_k]``, ``k [...,
+    H_kv, m, d_k]``, ``v [..., H_kv, m, d_v]`` as they enter the scores (after rotary, when it is given).
+    """
+
+    output: FloatArray
+    weights: FloatArray | None
+    scores: FloatArray | None
+    heads: FloatArray | None
+    q: FloatArray | None
+    k: FloatArray | None
+    v: FloatArray | None
+    scale: float
+    empty_rows: IntArray
+
+
+def multi_head_attention(
+    query: ArrayLike,
+    key: ArrayLike | None = None,
+    value: ArrayLike | None = None,
+    *,
+    w_q: ArrayLike,
+    w_k: ArrayLike,
+    w_v: ArrayLike,
+    w_o: ArrayLike,
+    num_heads: int,
+    num_kv_heads: int | None = None,
+    b_q: ArrayLike | None = None,
+    b_k: ArrayLike | None = None,
+    b_v: ArrayLike | None = None,
+    b_o: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    bias: ArrayLike | None = None,
+    causal: bool = False,
+    causal_alignment: CausalAlignment = "lower_right",
+    scale: float | None = None,
+    window: tuple[int | None, int | None] | None = None,
+    alibi_slopes: ArrayLike | None = None,
+    softcap: float | None = None,
+    rotary: Rotary | None = None,
+    empty_rows: EmptyRowPolicy = "error",
+    return_weights: bool = False,
+    return_scores: bool = False,
+    return_heads: bool = False,
+    return_projections: bool = False,
+    dtype: DTypeArg = np.float64,
+) -> MultiHeadResult:
+    """A multi-head attention layer (see the module docstring).
+
+    Every option of :func:`attention` applies per head: ``mask``/``bias`` broadcast to ``[..., H_q, n, m]``,
+    ``alibi_slopes`` to ``[..., H_q]``.
+    """
+    float_dtype = resolve_float_dtype(dtype)
+    x_q = as_float_array(query, float_dtype, field="query")
+    x_k = x_q if key is None else as_float_array(key, float_dtype, field="key")
+    x_v = x_k if value is None else as_float_array(value, float_dtype, field="value")
+    wq, wk, wv, wo = (
+        as_float_array(array, float_dtype, field=name)
+        for name, array in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
+    )
+    bq, bk, bv, bo = (
+        None if array is None else as_float_array(array, float_dtype, field=name)
+        for name, array in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v), ("b_o", b_o))
+    )
+    shapes = multi_head_shapes(
+        x_q.shape,
+        x_k.shape,
+        x_v.shape,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        w_q=wq.shape,
+        w_k=wk.shape,
+        w_v=wv.shape,
+        w_o=wo.shape,
+        b_q=None if bq is None else bq.shape,
+        b_k=None if bk is None else bk.shape,
+        b_v=None if bv is None else bv.shape,
+        b_o=None if bo is None else bo.shape,
+    )
+    q = _project(x_q, wq, bq, shapes.num_heads, field="w_q", dtype=float_dtype)
+    k = _project(x_k, wk, bk, shapes.num_kv_heads, field="w_k", dtype=float_dtype)
+    v = _project(x_v, wv, bv, shapes.num_kv_heads, field="w_v", dtype=float_dtype)
+    result = attention(
+        q,
+        k,
+        v,
+        mask=mask,
+        bias=bias,
+        causal=causal,
+        causal_alignment=causal_alignment,
+        scale=scale,
+        enable_gqa=True,
+        window=window,
+        alibi_slopes=alibi_slopes,
+        softcap=softcap,
+        rotary=rotary,
+        empty_rows=empty_rows,
+        return_weights=return_weights,
+        return_scores=return_scores,
+        dtype=float_dtype,
+    )
+    heads = result.output  # [..., H_q, n, d_v]
+    concatenated = np.swapaxes(heads, -3, -2).reshape(
+        *heads.shape[:-3], shapes.n, shapes.num_heads * shapes.d_v
+    )
+    output = _linear(concatenated, wo, bo, field="w_o", dtype=float_dtype)
+    rotated = None
+    if return_projections and rotary is not None:
+        rotated = _rotated_projections(q, k, rotary, causal_alignment)
+    return MultiHeadResult(
+        output=output,
+        weights=result.weights,
+        scores=result.scores,
+        heads=heads if return_heads else None,
+        q=None if not return_projections else (q if rotated is None else rotated[0]),
+        k=None if not return_projections else (k if rotated is None else rotated[1]),
+        v=v if return_projections else None,
+        scale=result.scale,
+        empty_rows=result.empty_rows,
+    )
+
+
+def _linear(
+    x: FloatArray, weight: FloatArray, bias: FloatArray | None, *, field: str, dtype: FloatDType
+) -> FloatArray:
+    """``x @ weight + bias``; an overflow blames the weight (the inputs passed their own checks)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        projected: FloatArray = np.matmul(x, weight)
+        if bias is not None:
+            projected += bias
+    if not np.isfinite(projected).all():
+        raise overflow_error(f"the projection by {field}", dtype, field=field)
+    return projected
+
+
+def _project(
+    x: FloatArray, weight: FloatArray, bias: FloatArray | None, heads: int, *, field: str, dtype: FloatDType
+) -> FloatArray:
+    """``x [..., rows, d] @ weight + bias`` split into heads: ``[..., heads, rows, width / heads]``."""
+    projected = _linear(x, weight, bias, field=field, dtype=dtype)
+    rows, width = projected.shape[-2:]
+    split = projected.reshape(*projected.shape[:-2], rows, heads, width // heads)
+    # cast: the stubs lose a float32-or-float64 union through ascontiguousarray; the dtype is unchanged.
+    return cast("FloatArray", np.ascontiguousarray(np.swapaxes(split, -3, -2)))
+
+
+def _rotated_projections(
+    q: FloatArray, k: FloatArray, rotary: Rotary, alignment: CausalAlignment
+) -> tuple[FloatArray, FloatArray]:
+    """The projected query and key rows as attention rotated them (the same helper, the same positions)."""
+    offset = position_offset(q.shape[-2], k.shape[-2], alignment)
+    dtype = resolve_float_dtype(q.dtype)
+    return rotate_rows(q, k, rotary, offset=offset, dtype=dtype)

@@ -1,0 +1,171 @@
+"""The multi-head layer against the loop reference (every option, GQA included) and worked checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.kernels import KernelError, Rotary, ShapeError, multi_head_attention, multi_head_shapes
+from tests.layer_references import RopeSpec, reference_multi_head
+
+
+@st.composite
+def layer_cases(draw: st.DrawFn) -> dict[str, Any]:
+    batch = tuple(draw(st.lists(st.integers(1, 2), max_size=1)))
+    kv_heads = draw(st.integers(1, 3))
+    heads = kv_heads * draw(st.integers(1, 2))
+    n, m = draw(st.integers(1, 4)), draw(st.integers(1, 5))
+    use_rope = draw(st.booleans())
+    d_k = draw(st.sampled_from([2, 4])) if use_rope else draw(st.integers(1, 3))
+    d_v, d_model, d_out = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4))
+    self_attention = draw(st.booleans())
+    d_kv_model = d_model if self_attention else draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    query = rng.normal(size=(*batch, n, d_model))
+    key = query if self_attention else rng.normal(size=(*batch, m, d_kv_model))
+    value = key if self_attention else rng.normal(size=(*batch, m, d_kv_model))
+    weights = {
+        "w_q": rng.normal(size=(d_model, heads * d_k)),
+        "w_k": rng.normal(size=(d_kv_model, kv_heads * d_k)),
+        "w_v": rng.normal(size=(d_kv_model, kv_heads * d_v)),
+        "w_o": rng.normal(size=(heads * d_v, d_out)),
+    }
+    widths = {"b_q": heads * d_k, "b_k": kv_heads * d_k, "b_v": kv_heads * d_v, "b_o": d_out}
+    biases = {name: rng.normal(size=width) if draw(st.booleans()) else None for name, width in widths.items()}
+    m_actual = key.shape[-2]
+    full = (*batch, heads, n, m_actual)
+    mask = rng.random(full) < 0.8 if draw(st.booleans()) else None
+    rope = None
+    if use_rope:
+        rope = RopeSpec(
+            style=draw(st.sampled_from(["half", "interleaved"])), base=draw(st.sampled_from([10000.0, 50.0]))
+        )
+    return {
+        "self_attention": self_attention,
+        "query": query,
+        "key": key,
+        "value": value,
+        "weights": weights,
+        "biases": biases,
+        "num_heads": heads,
+        "num_kv_heads": kv_heads,
+        "mask": mask,
+        "causal": draw(st.booleans()),
+        "alignment": draw(st.sampled_from(["lower_right", "upper_left"])),
+        "window": draw(st.none() | st.tuples(st.none() | st.integers(0, 3), st.none() | st.integers(0, 2))),
+        "slopes": np.round(rng.uniform(0.1, 1.0, size=heads), 3) if draw(st.booleans()) else None,
+        "softcap": draw(st.none() | st.sampled_from([1.0, 20.0])),
+        "rope": rope,
+    }
+
+
+@settings(max_examples=100, deadline=None)
+@given(layer_cases())
+def test_the_layer_matches_the_loop_reference(case: dict[str, Any]) -> None:
+    batch = case["query"].shape[:-2]
+    heads = case["num_heads"]
+    result = multi_head_attention(
+        case["query"],
+        None if case["self_attention"] else case["key"],
+        None if case["self_attention"] else case["value"],
+        **case["weights"],
+        **{name: bias for name, bias in case["biases"].items() if bias is not None},
+        num_heads=heads,
+        num_kv_heads=case["num_kv_heads"],
+        mask=case["mask"],
+        causal=case["causal"],
+        causal_alignment=case["alignment"],
+        window=case["window"],
+        alibi_slopes=case["slopes"],
+        softcap=case["softcap"],
+        rotary=None if case["rope"] is None else Rotary(base=case["rope"].base, style=case["rope"].style),  # type: ignore[arg-type]
+        empty_rows="zero",
+        return_weights=True,
+        return_heads=True,
+        return_projections=True,
+    )
+    output, per_head, head_outputs = reference_multi_head(
+        case["query"],
+        case["key"],
+        case["value"],
+        case["weights"],
+        case["biases"],
+        num_heads=heads,
+        num_kv_heads=case["num_kv_heads"],
+        mask=case["mask"],
+        slopes=None if case["slopes"] is None else np.broadcast_to(case["slopes"], (*batch, heads)),
+        causal=case["causal"],
+        alignment=case["alignment"],
+        window=case["window"],
+        softcap=case["softcap"],
+        rope=case["rope"],
+    )
+    np.testing.assert_allclose(result.output, output, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.weights, per_head.weights, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.heads, head_outputs, rtol=1e-12, atol=1e-12)
+    assert result.q is not None
+    assert result.k is not None
+    assert result.v is not None
+    assert result.q.shape == (
+        *batch,
+        heads,
+        case["query"].shape[-2],
+        case["weights"]["w_q"].shape[1] // heads,
+    )
+    assert result.k.shape[-3] == result.v.shape[-3] == case["num_kv_heads"]
+    # The projections shown are the ones the scores used: q kᵀ · scale reproduces the weights' rows.
+    group = heads // case["num_kv_heads"]
+    k_per_head = np.repeat(result.k, group, axis=-3)
+    scores = result.q @ np.swapaxes(k_per_head, -1, -2) * result.scale
+    if (
+        case["softcap"] is None
+        and case["slopes"] is None
+        and case["mask"] is None
+        and not case["causal"]
+        and case["window"] is None
+    ):
+        weights = np.exp(scores - scores.max(-1, keepdims=True))
+        np.testing.assert_allclose(
+            result.weights, weights / weights.sum(-1, keepdims=True), rtol=1e-12, atol=1e-12
+        )
+
+
+def test_shapes_are_checked_before_allocating() -> None:
+    shapes = multi_head_shapes(
+        (2, 512, 512), None, None, w_q=(512, 512), w_k=(512, 512), w_v=(512, 512), w_o=(512, 512), num_heads=8
+    )
+    assert (shapes.d_k, shapes.d_v, shapes.num_kv_heads) == (64, 64, 8)
+    assert shapes.scores_elements == 2 * 8 * 512 * 512
+    assert shapes.projection_multiplies == 2 * 4 * 512 * 512 * 512
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"num_heads": 3}, "w_q"),  # 8 columns do not split into 3 heads
+        ({"num_heads": 4, "num_kv_heads": 3}, "num_kv_heads"),
+        ({"num_heads": 0}, "num_heads"),
+        ({"num_heads": 2, "w_o": np.ones((3, 2))}, "w_o"),
+        ({"num_heads": 2, "w_k": np.ones((5, 8))}, "w_k"),
+        ({"num_heads": 2, "w_k": np.ones((4, 6))}, "w_k"),
+        ({"num_heads": 2, "b_q": np.ones(3)}, "b_q"),
+        ({"num_heads": 2, "rotary": Rotary(dim=5)}, "rotary.dim"),
+        ({"num_heads": 2, "softcap": 0.0}, "softcap"),
+        ({"num_heads": 2, "window": (-2, 0)}, "window"),
+    ],
+)
+def test_bad_layers_name_the_field(arguments: dict[str, Any], field: str) -> None:
+    layer: dict[str, Any] = {
+        "w_q": np.ones((4, 8)),
+        "w_k": np.ones((4, 8)),
+        "w_v": np.ones((4, 8)),
+        "w_o": np.ones((8, 2)),
+    }
+    layer.update(arguments)
+    with pytest.raises((KernelError, ShapeError)) as error:
+        multi_head_attention(np.ones((3, 4)), **layer)
+    assert error.value.field == field
