@@ -34,6 +34,7 @@ from service.kernels._positions import (
     RotaryStyle,
     RotaryTables,
     apply_rotary,
+    check_rotary,
     rotary_tables,
     sinusoidal_encoding,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "apply_rotary",
     "attention",
     "attention_shapes",
+    "check_rotary",
     "check_window",
     "likelihood_shapes",
     "log_softmax",

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from service.kernels import (
     AttentionResult,
     AttentionShapes,
     CausalAlignment,
     EmptyRowPolicy,
+    KernelError,
+    Rotary,
+    RotaryStyle,
     attention,
     attention_shapes,
+    check_rotary,
+    check_window,
 )
 from service.requests._common import (
     PRECISIONS,
@@ -24,6 +30,7 @@ from service.requests._common import (
     Work,
     boolean,
     choice,
+    integer,
     names,
     number,
     rows_of,
@@ -50,8 +57,10 @@ class AttentionRequest:
         "value": ArraySpec(min_rank=2, axes="[..., m, d_v]"),
         "mask": ArraySpec(kind="boolean", axes="[..., n, m]"),
         "bias": ArraySpec(axes="[..., n, m]"),
+        "alibi_slopes": ArraySpec(min_rank=0, axes="[..., H]"),
     }
     SCALE: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
+    SOFTCAP: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
     DEFAULT_INCLUDE: ClassVar[frozenset[AttentionOutput]] = frozenset({"weights"})
 
     query: AnyArray
@@ -62,6 +71,11 @@ class AttentionRequest:
     causal: bool = False
     causal_alignment: CausalAlignment = "lower_right"
     scale: float | None = None
+    enable_gqa: bool = False
+    window: tuple[int | None, int | None] | None = None
+    alibi_slopes: AnyArray | None = None
+    softcap: float | None = None
+    rotary: Rotary | Mapping[str, Any] | None = None
     empty_rows: EmptyRowPolicy = "error"
     include: frozenset[AttentionOutput] = DEFAULT_INCLUDE
     precision: Precision = "float64"
@@ -79,6 +93,13 @@ class AttentionRequest:
         )
         if self.scale is not None:
             set_(self, "scale", number(self.scale, field="scale", allowed=self.SCALE))
+        set_(self, "enable_gqa", boolean(self.enable_gqa, field="enable_gqa"))
+        if self.window is not None:
+            set_(self, "window", _window(self.window))
+        if self.softcap is not None:
+            set_(self, "softcap", number(self.softcap, field="softcap", allowed=self.SOFTCAP))
+        if self.rotary is not None:
+            set_(self, "rotary", rotary_option(self.rotary))
         set_(self, "empty_rows", choice(self.empty_rows, EmptyRowPolicy, field="empty_rows"))
         set_(self, "include", names(self.include, AttentionOutput, field="include"))
         set_(self, "precision", choice(self.precision, Precision, field="precision"))
@@ -91,8 +112,12 @@ class AttentionRequest:
                 self.value.shape,
                 mask_shape=None if self.mask is None else self.mask.shape,
                 bias_shape=None if self.bias is None else self.bias.shape,
+                alibi_shape=None if self.alibi_slopes is None else self.alibi_slopes.shape,
+                enable_gqa=self.enable_gqa,
             ),
         )
+        if isinstance(self.rotary, Rotary):  # its dim must fit d_k: checked now, not after admission
+            check_rotary(self.rotary, self.shapes.d_k)
 
     def work(self) -> Work:
         """Weights and scores are held whole (each one counts); output-only scores go a block at a time."""
@@ -134,9 +159,56 @@ class AttentionRequest:
             causal=self.causal,
             causal_alignment=self.causal_alignment,
             scale=self.scale,
+            enable_gqa=self.enable_gqa,
+            window=self.window,
+            alibi_slopes=self.alibi_slopes,
+            softcap=self.softcap,
+            rotary=self.rotary if isinstance(self.rotary, Rotary) else None,
             empty_rows=self.empty_rows,
             return_weights="weights" in self.include,
             return_scores="scores" in self.include,
             return_logsumexp="logsumexp" in self.include,
             dtype=PRECISIONS[self.precision],
         )
+
+
+ROTARY_DEFAULTS = Rotary()
+
+
+def _window(value: object) -> tuple[int | None, int | None]:
+    """``[left, right]``: integers >= 0 or null (unbounded on that side)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        raise KernelError("window must be a list [left, right] of integers >= 0 or null", field="window")
+    sides = tuple(None if side is None else integer(side, field="window") for side in value)
+    return check_window(sides)
+
+
+def rotary_option(value: Rotary | Mapping[str, Any]) -> Rotary:
+    """The ``rotary`` option as a :class:`Rotary`, each member checked and named ``rotary.<member>``."""
+    if isinstance(value, Rotary):
+        return value
+    if not isinstance(value, Mapping):
+        raise KernelError(
+            "rotary must be an object (base, style, dim, query_offset, key_offset)", field="rotary"
+        )
+    unknown = sorted(set(value) - {"base", "style", "dim", "query_offset", "key_offset"})
+    if unknown:
+        raise KernelError(f"rotary has no member {unknown[0]!r}", field=f"rotary.{unknown[0]}")
+    base = value.get("base")
+    style = value.get("style")
+    dim, query_offset, key_offset = (
+        None if value.get(name) is None else integer(value[name], field=f"rotary.{name}")
+        for name in ("dim", "query_offset", "key_offset")
+    )
+    return Rotary(
+        base=ROTARY_DEFAULTS.base if base is None else number(base, field="rotary.base"),
+        style=ROTARY_DEFAULTS.style if style is None else _style(style),
+        dim=dim,
+        query_offset=query_offset,
+        key_offset=key_offset,
+    )
+
+
+def _style(value: object) -> RotaryStyle:
+    styled: RotaryStyle = choice(value, RotaryStyle, field="rotary.style")
+    return styled

@@ -120,6 +120,8 @@ class Array(fields.Field[np.ndarray]):
 
 def _leaf_types(value: list[Any], rank: int) -> set[type]:
     """The Python types found at depth ``rank``; ``list`` among them marks a deeper, ragged branch."""
+    if rank == 0:  # a scalar, where a field allows one (e.g. one ALiBi slope for every head)
+        return {type(value)}
     level: Iterable[Any] = value
     for _ in range(rank - 1):
         items = list(level)

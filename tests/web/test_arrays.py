@@ -88,3 +88,18 @@ def test_json_schema_lists_each_allowed_rank() -> None:
     assert depths == [2, 3]
     nullable = array_json_schema(Array(kind="integer", min_rank=1, max_rank=1, nullable=True))
     assert nullable == {"type": "array", "items": {"type": ["integer", "null"]}, "minItems": 1}
+
+
+class Scalars(Schema):
+    slopes = Array(min_rank=0, max_rank=2)
+
+
+def test_a_field_that_allows_rank_0_takes_a_scalar_and_refuses_others_with_a_message() -> None:
+    loaded = Scalars().load({"slopes": 0.25})["slopes"]
+    assert loaded.shape == ()
+    assert loaded.dtype == np.float64
+    assert float(loaded) == 0.25
+    for bad, says in (("abc", "string"), (None, "null"), (True, "boolean"), ({"a": 1}, "object")):
+        with pytest.raises(ValidationError) as caught:
+            Scalars().load({"slopes": bad})
+        assert says in str(caught.value.messages)

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, get_args
 
-from marshmallow import Schema, fields, post_load
+from marshmallow import Schema, fields, post_load, validate
 
 from service.api.schemas.common import IncludeList, one_of, precision_field, within
-from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy
+from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy, RotaryStyle
 from service.requests import AttentionOutput, AttentionRequest
 from service.web.arrays import Array
-from service.web.fields import StrictBoolean, StrictFloat
+from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
 
 ATTENTION_INCLUDES = get_args(AttentionOutput)
 ARRAYS = AttentionRequest.ARRAYS
@@ -49,6 +49,47 @@ class AttentionRequestSchema(Schema):
         validate=within(AttentionRequest.SCALE),
         metadata={"description": "Multiplies QKᵀ; default 1/sqrt(d_k).", "exclusiveMinimum": 0},
     )
+    enable_gqa = StrictBoolean(
+        load_default=False,
+        metadata={
+            "description": "Grouped-query attention (PyTorch's enable_gqa): the query has H_q heads at "
+            "dim -3, key and value H_kv, with H_q a multiple of H_kv; query head i reads key/value head "
+            "i // (H_q / H_kv). H_kv = 1 is multi-query attention."
+        },
+    )
+    window = fields.List(
+        StrictInteger(allow_none=True, validate=validate.Range(min=0)),
+        validate=validate.Length(equal=2),
+        metadata={
+            "description": "[left, right] (null = unbounded on that side): key j is visible from query i "
+            "only when i' - left <= j <= i' + right, where i' = i + m - n under lower_right alignment and "
+            "i under upper_left. Combined with mask and causal by AND (FlashAttention's window_size).",
+            "minItems": 2,
+            "maxItems": 2,
+        },
+    )
+    alibi_slopes = Array.of(
+        ARRAYS["alibi_slopes"],
+        metadata={
+            "description": "ALiBi: one slope per head, broadcastable to the leading dimensions [..., H]; "
+            "adds -slope * |i' - j| to the scores, after bias."
+        },
+    )
+    softcap = StrictFloat(
+        validate=within(AttentionRequest.SOFTCAP),
+        metadata={
+            "description": "Logit soft-capping (Gemma 2): scaled scores become "
+            "softcap * tanh(scores / softcap), before bias, ALiBi and masking.",
+            "exclusiveMinimum": 0,
+        },
+    )
+    rotary = fields.Nested(
+        lambda: RotarySchema(),
+        metadata={
+            "description": "Rotary position embedding of the query and key rows before the scores (the "
+            "scores and weights returned are the rotated ones)."
+        },
+    )
     empty_rows = fields.String(
         load_default="error",
         validate=one_of(EmptyRowPolicy),
@@ -68,6 +109,28 @@ class AttentionRequestSchema(Schema):
     def typed(self, data: dict[str, Any], **kwargs: Any) -> AttentionRequest:
         """The typed request: its own checks (shapes, ranges) raise errors naming the field."""
         return AttentionRequest(**data)
+
+
+class RotarySchema(Schema):
+    base = StrictFloat(
+        validate=validate.Range(min=0, min_inclusive=False),
+        metadata={"description": "Frequencies base^(-2i/dim); default 10000.", "exclusiveMinimum": 0},
+    )
+    style = fields.String(
+        validate=one_of(RotaryStyle),
+        metadata={
+            "description": "half: feature i pairs with i + dim/2 (GPT-NeoX, Llama rotate_half; the default); "
+            "interleaved: 2i pairs with 2i + 1 (GPT-J, RoFormer)."
+        },
+    )
+    dim = StrictInteger(
+        validate=validate.Range(min=2),
+        metadata={"description": "How many leading features rotate (even, at most d_k); default d_k."},
+    )
+    query_offset = StrictInteger(
+        metadata={"description": "Position of query row 0; default m - n (lower_right) or 0 (upper_left)."}
+    )
+    key_offset = StrictInteger(metadata={"description": "Position of key row 0; default 0."})
 
 
 class IndexRows(fields.List[Any]):

@@ -124,11 +124,13 @@ ATTENTION = Model(
         "value": InputSpec(FLOAT, (-1, -1)),
         "mask": InputSpec(BOOL, (-1, -1), required=False),
         "bias": InputSpec(FLOAT, (-1, -1), required=False),
+        "alibi_slopes": InputSpec(FLOAT, (-1,), required=False),
     },
     parameters=parameters_schema(
         AttentionRequestSchema,
         "AttentionParameters",
-        exclude=("query", "key", "value", "mask", "bias", "include"),
+        # window (a pair) and rotary (an object) are not the protocol's scalar parameters: /v1 only, for now.
+        exclude=("query", "key", "value", "mask", "bias", "alibi_slopes", "include", "window", "rotary"),
     ),
     outputs=_outputs(
         OutputSpec("output", FOLLOWS_PRECISION, (-1, -1), lambda r: r.output),

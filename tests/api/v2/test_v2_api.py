@@ -125,7 +125,7 @@ def test_server_metadata_names_the_extensions(client: FlaskClient) -> None:
     [
         (
             "attention",
-            ["query", "key", "value", "mask", "bias"],
+            ["query", "key", "value", "mask", "bias", "alibi_slopes"],
             ["output", "weights", "scores", "logsumexp"],
         ),
         ("softmax", ["logits", "mask"], ["probabilities", "log_probabilities", "entropy", "argmax"]),
@@ -513,3 +513,27 @@ def test_the_work_limit_and_the_body_limit_hold_on_v2() -> None:
 def test_compressed_bodies_are_refused(client: FlaskClient) -> None:
     response = client.post("/v2/models/softmax/infer", data=b"\x1f\x8b", headers={"Content-Encoding": "gzip"})
     assert_problem(response, 415)
+
+
+def test_grouped_heads_alibi_and_softcap_on_v2_equal_v1(client: FlaskClient) -> None:
+    rng = np.random.default_rng(12)
+    arrays = {
+        "query": rng.normal(size=(4, 3, 2)),
+        "key": rng.normal(size=(2, 5, 2)),
+        "value": rng.normal(size=(2, 5, 3)),
+        "alibi_slopes": np.array([0.5, 0.25, 0.125, 0.0625]),
+    }
+    options = {"enable_gqa": True, "softcap": 2.0, "causal": True}
+    v2 = read_answer(
+        client.post(
+            "/v2/models/attention/infer",
+            json={
+                "inputs": [json_tensor(name, array, "FP64") for name, array in arrays.items()],
+                "parameters": options,
+                "outputs": [{"name": "output"}, {"name": "weights"}],
+            },
+        )
+    )
+    v1 = _v1(client, "/v1/attention", {**{name: a.tolist() for name, a in arrays.items()}, **options})
+    for name in ("output", "weights"):
+        assert_same(v2[name], as_v1(v1[name]))
