@@ -30,7 +30,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     if config is not None:
         app.config.update(config)
 
-    from service.api import attention, likelihood, meta, pages, softmax
+    from service.api import attention, likelihood, meta, multihead, pages, positions, softmax
     from service.api.v2 import blp as v2_blueprint
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
@@ -49,6 +49,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     api.register_blueprint(attention.blp)
     api.register_blueprint(softmax.blp)
     api.register_blueprint(likelihood.blp)
+    api.register_blueprint(multihead.blp)
+    api.register_blueprint(positions.blp)
     api.register_blueprint(meta.blp)
     api.register_blueprint(pages.blp)
     api.register_blueprint(v2_blueprint)

@@ -6,6 +6,7 @@ sends them to the app in-process; no response may be a server error or break the
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,15 @@ def test_contract_is_valid_openapi_3_1() -> None:
     validate(spec)
 
 
+COMPUTE_PATHS = (
+    "/v1/attention",
+    "/v1/softmax",
+    "/v1/log-likelihood",
+    "/v1/multi-head-attention",
+    "/v1/positional-encoding",
+)
+
+
 def test_committed_contract_is_not_stale() -> None:
     assert CONTRACT_PATH.read_text() == render_contract(), "openapi.yaml is stale: run `make openapi`"
 
@@ -47,7 +57,7 @@ def test_served_json_is_the_same_document(client: FlaskClient) -> None:
 
 def test_every_operation_documents_its_errors() -> None:
     spec = yaml.safe_load(CONTRACT_PATH.read_text())
-    for path in ("/v1/attention", "/v1/softmax", "/v1/log-likelihood"):
+    for path in COMPUTE_PATHS:
         responses = spec["paths"][path]["post"]["responses"]
         assert {"200", "400", "413", "415", "422", "default"} <= set(responses)
     problem = spec["components"]["responses"]["UNPROCESSABLE_ENTITY"]["content"]
@@ -60,7 +70,7 @@ def _example(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return request, operation["responses"]["200"]["content"]["application/json"]["example"]
 
 
-@pytest.mark.parametrize("path", ["/v1/attention", "/v1/softmax", "/v1/log-likelihood"])
+@pytest.mark.parametrize("path", COMPUTE_PATHS)
 def test_documented_examples_are_what_the_endpoints_answer(client: FlaskClient, path: str) -> None:
     request, response = _example(path)
     assert client.post(path, json=request).get_json() == response
@@ -92,6 +102,19 @@ def test_documented_examples_agree_with_the_references() -> None:
     )
     assert response["log_likelihood"] == pytest.approx(sequence["log_likelihood"], rel=1e-12)
     assert response["token_logprobs"][1:] == pytest.approx(sequence["logprobs"][1:], rel=1e-12)
+
+    # Identity projections, two heads of one feature each, causal: worked by hand. Head 0 sees feature 0:
+    # token 1's query (0) scores both keys 0, weights [1/2, 1/2]; head 1 sees feature 1: scores [0, 1].
+    request, response = _example("/v1/multi-head-attention")
+    sigmoid = 1 / (1 + math.exp(-1))
+    expected_weights = [[[1, 0], [0.5, 0.5]], [[1, 0], [1 - sigmoid, sigmoid]]]
+    np.testing.assert_allclose(response["weights"], expected_weights, rtol=1e-12)
+    np.testing.assert_allclose(response["output"], [[1, 0], [0.5, sigmoid]], rtol=1e-12)
+
+    request, response = _example("/v1/positional-encoding")
+    assert response["encoding"][1] == pytest.approx(
+        [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)], rel=1e-12
+    )
 
 
 schema = schemathesis.openapi.from_path(CONTRACT_PATH)

@@ -14,8 +14,16 @@ from marshmallow import Schema
 
 from service.api.schemas.attention import AttentionResponseSchema, attention_response
 from service.api.schemas.likelihood import LikelihoodResponseSchema, likelihood_response
+from service.api.schemas.multihead import MultiHeadResponseSchema, multi_head_response
+from service.api.schemas.positions import PositionalEncodingResponseSchema
 from service.api.schemas.softmax import SoftmaxResponseSchema, softmax_response
-from service.kernels import attention, sequence_log_likelihood, softmax
+from service.kernels import (
+    attention,
+    multi_head_attention,
+    sequence_log_likelihood,
+    sinusoidal_encoding,
+    softmax,
+)
 from service.web.json_provider import dumps_bytes
 
 
@@ -36,6 +44,20 @@ LIKELIHOOD_EXAMPLE_REQUEST: dict[str, Any] = {
     "targets": [0, 1, 2],
     "shift": True,
 }
+
+# Two tokens, d_model = 2, two heads of width 1, the identity as every projection: each head attends over
+# one feature, so the layer's arithmetic can be followed by hand.
+MULTI_HEAD_EXAMPLE_REQUEST: dict[str, Any] = {
+    "query": [[1.0, 0.0], [0.0, 1.0]],
+    "w_q": [[1.0, 0.0], [0.0, 1.0]],
+    "w_k": [[1.0, 0.0], [0.0, 1.0]],
+    "w_v": [[1.0, 0.0], [0.0, 1.0]],
+    "w_o": [[1.0, 0.0], [0.0, 1.0]],
+    "num_heads": 2,
+    "causal": True,
+    "include": ["weights"],
+}
+POSITIONAL_EXAMPLE_REQUEST: dict[str, Any] = {"kind": "sinusoidal", "length": 3, "d_model": 4}
 
 
 def _attention_example_response() -> dict[str, Any]:
@@ -58,6 +80,30 @@ def _likelihood_example_response() -> dict[str, Any]:
     return _as_written(LikelihoodResponseSchema(), likelihood_response(result))
 
 
+def _multi_head_example_response() -> dict[str, Any]:
+    request = MULTI_HEAD_EXAMPLE_REQUEST
+    query, w_q, w_k, w_v, w_o = (np.asarray(request[name]) for name in ("query", "w_q", "w_k", "w_v", "w_o"))
+    result = multi_head_attention(
+        query,
+        w_q=w_q,
+        w_k=w_k,
+        w_v=w_v,
+        w_o=w_o,
+        num_heads=request["num_heads"],
+        causal=True,
+        return_weights=True,
+    )
+    return _as_written(MultiHeadResponseSchema(), multi_head_response(result, include=["weights"]))
+
+
+def _positional_example_response() -> dict[str, Any]:
+    request = POSITIONAL_EXAMPLE_REQUEST
+    table = sinusoidal_encoding(np.arange(request["length"]), request["d_model"])
+    return _as_written(PositionalEncodingResponseSchema(), {"encoding": table})
+
+
 ATTENTION_EXAMPLE_RESPONSE = _attention_example_response()
 SOFTMAX_EXAMPLE_RESPONSE = _softmax_example_response()
 LIKELIHOOD_EXAMPLE_RESPONSE = _likelihood_example_response()
+MULTI_HEAD_EXAMPLE_RESPONSE = _multi_head_example_response()
+POSITIONAL_EXAMPLE_RESPONSE = _positional_example_response()

@@ -140,18 +140,18 @@ def check_rotary(rotary: Rotary, d_k: int) -> tuple[int, float]:
     )
 
 
-def check_rotary_dim(dim: int | None, d: int, *, field: str = "dim") -> int:
-    """The number of rotated features: ``d`` by default; even, and at most ``d``."""
+def check_rotary_dim(dim: int | None, d: int, *, field: str = "dim", width: str = "d_k") -> int:
+    """The number of rotated features: ``d`` (named ``width`` in messages) by default; even, at most ``d``."""
     if dim is None:
-        dim = d
-        if dim % 2:
+        if d % 2:
             raise KernelError(
-                f"rotary rotates pairs of features, but d_k is {d}: give an even {field} < {d}",
+                f"rotary rotates pairs of features, but {width} is {d}: give an even {field} < {d}",
                 field=field,
             )
-    dim = check_int(dim, field=field, minimum=2, maximum=max(d, 2))
+        return d
+    dim = check_int(dim, field=field, minimum=2)
     if dim % 2 or dim > d:
-        raise KernelError(f"{field} must be even and at most d_k={d}, got {dim}", field=field)
+        raise KernelError(f"{field} must be even and at most {width}={d}, got {dim}", field=field)
     return dim
 
 
@@ -177,7 +177,7 @@ def apply_rotary(
             f"x must have at least 2 dimensions [..., n, d], got {format_shape(array.shape)}", field="x"
         )
     n, d = array.shape[-2:]
-    dim = check_rotary_dim(dim, d)
+    dim = check_rotary_dim(dim, d, width="d")
     if style not in ("half", "interleaved"):
         raise KernelError(f"style must be 'half' or 'interleaved', got {style!r}", field="style")
     where = _positions(positions)

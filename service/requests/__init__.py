@@ -19,6 +19,8 @@ from service.requests._common import (
     Work,
 )
 from service.requests._likelihood import TOP_LOGPROB_COST, LikelihoodRequest
+from service.requests._multihead import MultiHeadOutput, MultiHeadRequest
+from service.requests._positions import PositionalEncodingRequest, PositionalOutput
 from service.requests._softmax import SoftmaxOutput, SoftmaxRequest
 
 __all__ = [
@@ -31,6 +33,10 @@ __all__ = [
     "AttentionRequest",
     "Bound",
     "LikelihoodRequest",
+    "MultiHeadOutput",
+    "MultiHeadRequest",
+    "PositionalEncodingRequest",
+    "PositionalOutput",
     "Precision",
     "Range",
     "RequestError",

@@ -95,7 +95,7 @@ class AttentionRequest:
             set_(self, "scale", number(self.scale, field="scale", allowed=self.SCALE))
         set_(self, "enable_gqa", boolean(self.enable_gqa, field="enable_gqa"))
         if self.window is not None:
-            set_(self, "window", _window(self.window))
+            set_(self, "window", window_option(self.window))
         if self.softcap is not None:
             set_(self, "softcap", number(self.softcap, field="softcap", allowed=self.SOFTCAP))
         if self.rotary is not None:
@@ -175,7 +175,7 @@ class AttentionRequest:
 ROTARY_DEFAULTS = Rotary()
 
 
-def _window(value: object) -> tuple[int | None, int | None]:
+def window_option(value: object) -> tuple[int | None, int | None]:
     """``[left, right]``: integers >= 0 or null (unbounded on that side)."""
     if not isinstance(value, list | tuple) or len(value) != 2:
         raise KernelError("window must be a list [left, right] of integers >= 0 or null", field="window")

@@ -7,60 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from service.kernels import KernelError, Rotary, ShapeError, multi_head_attention, multi_head_shapes
-from tests.layer_references import RopeSpec, reference_multi_head
-
-
-@st.composite
-def layer_cases(draw: st.DrawFn) -> dict[str, Any]:
-    batch = tuple(draw(st.lists(st.integers(1, 2), max_size=1)))
-    kv_heads = draw(st.integers(1, 3))
-    heads = kv_heads * draw(st.integers(1, 2))
-    n, m = draw(st.integers(1, 4)), draw(st.integers(1, 5))
-    use_rope = draw(st.booleans())
-    d_k = draw(st.sampled_from([2, 4])) if use_rope else draw(st.integers(1, 3))
-    d_v, d_model, d_out = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 4))
-    self_attention = draw(st.booleans())
-    d_kv_model = d_model if self_attention else draw(st.integers(1, 5))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    query = rng.normal(size=(*batch, n, d_model))
-    key = query if self_attention else rng.normal(size=(*batch, m, d_kv_model))
-    value = key if self_attention else rng.normal(size=(*batch, m, d_kv_model))
-    weights = {
-        "w_q": rng.normal(size=(d_model, heads * d_k)),
-        "w_k": rng.normal(size=(d_kv_model, kv_heads * d_k)),
-        "w_v": rng.normal(size=(d_kv_model, kv_heads * d_v)),
-        "w_o": rng.normal(size=(heads * d_v, d_out)),
-    }
-    widths = {"b_q": heads * d_k, "b_k": kv_heads * d_k, "b_v": kv_heads * d_v, "b_o": d_out}
-    biases = {name: rng.normal(size=width) if draw(st.booleans()) else None for name, width in widths.items()}
-    m_actual = key.shape[-2]
-    full = (*batch, heads, n, m_actual)
-    mask = rng.random(full) < 0.8 if draw(st.booleans()) else None
-    rope = None
-    if use_rope:
-        rope = RopeSpec(
-            style=draw(st.sampled_from(["half", "interleaved"])), base=draw(st.sampled_from([10000.0, 50.0]))
-        )
-    return {
-        "self_attention": self_attention,
-        "query": query,
-        "key": key,
-        "value": value,
-        "weights": weights,
-        "biases": biases,
-        "num_heads": heads,
-        "num_kv_heads": kv_heads,
-        "mask": mask,
-        "causal": draw(st.booleans()),
-        "alignment": draw(st.sampled_from(["lower_right", "upper_left"])),
-        "window": draw(st.none() | st.tuples(st.none() | st.integers(0, 3), st.none() | st.integers(0, 2))),
-        "slopes": np.round(rng.uniform(0.1, 1.0, size=heads), 3) if draw(st.booleans()) else None,
-        "softcap": draw(st.none() | st.sampled_from([1.0, 20.0])),
-        "rope": rope,
-    }
+from tests.layer_references import layer_cases, reference_multi_head
 
 
 @settings(max_examples=100, deadline=None)

@@ -17,21 +17,9 @@ ATTENTION_INCLUDES = get_args(AttentionOutput)
 ARRAYS = AttentionRequest.ARRAYS
 
 
-class AttentionRequestSchema(Schema):
-    query = Array.of(
-        ARRAYS["query"],
-        required=True,
-        metadata={"description": "Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query."},
-    )
-    key = Array.of(ARRAYS["key"], required=True, metadata={"description": "Keys, [..., m, d_k]."})
-    value = Array.of(ARRAYS["value"], required=True, metadata={"description": "Values, [..., m, d_v]."})
-    mask = Array.of(
-        ARRAYS["mask"],
-        metadata={
-            "description": "true = this query may attend to this key; broadcastable to [..., n, m] "
-            "(a 1-D [m] mask is per-key visibility). Combined with causal by AND."
-        },
-    )
+class AttentionOptionsSchema(Schema):
+    """The options of one attention: /v1/attention's, and per head /v1/multi-head-attention's."""
+
     causal = StrictBoolean(load_default=False, metadata={"description": "Hide future keys."})
     causal_alignment = fields.String(
         load_default="lower_right",
@@ -41,21 +29,9 @@ class AttentionRequestSchema(Schema):
             "from query i when j > i + m - n); upper_left: hidden when j > i (PyTorch's is_causal)."
         },
     )
-    bias = Array.of(
-        ARRAYS["bias"],
-        metadata={"description": "Added to the scaled scores before softmax; broadcastable to [..., n, m]."},
-    )
     scale = StrictFloat(
         validate=within(AttentionRequest.SCALE),
         metadata={"description": "Multiplies QKᵀ; default 1/sqrt(d_k).", "exclusiveMinimum": 0},
-    )
-    enable_gqa = StrictBoolean(
-        load_default=False,
-        metadata={
-            "description": "Grouped-query attention (PyTorch's enable_gqa): the query has H_q heads at "
-            "dim -3, key and value H_kv, with H_q a multiple of H_kv; query head i reads key/value head "
-            "i // (H_q / H_kv). H_kv = 1 is multi-query attention."
-        },
     )
     window = fields.List(
         StrictInteger(allow_none=True, validate=validate.Range(min=0)),
@@ -66,13 +42,6 @@ class AttentionRequestSchema(Schema):
             "i under upper_left. Combined with mask and causal by AND (FlashAttention's window_size).",
             "minItems": 2,
             "maxItems": 2,
-        },
-    )
-    alibi_slopes = Array.of(
-        ARRAYS["alibi_slopes"],
-        metadata={
-            "description": "ALiBi: one slope per head, broadcastable to the leading dimensions [..., H]; "
-            "adds -slope * |i' - j| to the scores, after bias."
         },
     )
     softcap = StrictFloat(
@@ -98,12 +67,48 @@ class AttentionRequestSchema(Schema):
             "zero (all-zero weights and output, row listed in empty_rows)."
         },
     )
+    precision = precision_field()
+
+
+class AttentionRequestSchema(AttentionOptionsSchema):
+    query = Array.of(
+        ARRAYS["query"],
+        required=True,
+        metadata={"description": "Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query."},
+    )
+    key = Array.of(ARRAYS["key"], required=True, metadata={"description": "Keys, [..., m, d_k]."})
+    value = Array.of(ARRAYS["value"], required=True, metadata={"description": "Values, [..., m, d_v]."})
+    mask = Array.of(
+        ARRAYS["mask"],
+        metadata={
+            "description": "true = this query may attend to this key; broadcastable to [..., n, m] "
+            "(a 1-D [m] mask is per-key visibility). Combined with causal by AND."
+        },
+    )
+    bias = Array.of(
+        ARRAYS["bias"],
+        metadata={"description": "Added to the scaled scores before softmax; broadcastable to [..., n, m]."},
+    )
+    enable_gqa = StrictBoolean(
+        load_default=False,
+        metadata={
+            "description": "Grouped-query attention (PyTorch's enable_gqa): the query has H_q heads at "
+            "dim -3, key and value H_kv, with H_q a multiple of H_kv; query head i reads key/value head "
+            "i // (H_q / H_kv). H_kv = 1 is multi-query attention."
+        },
+    )
+    alibi_slopes = Array.of(
+        ARRAYS["alibi_slopes"],
+        metadata={
+            "description": "ALiBi: one slope per head, broadcastable to the leading dimensions [..., H]; "
+            "adds -slope * |i' - j| to the scores, after bias."
+        },
+    )
     include = IncludeList(
         AttentionOutput,
         default=sorted(AttentionRequest.DEFAULT_INCLUDE),
         metadata={"description": 'Extra arrays to return (default ["weights"]).'},
     )
-    precision = precision_field()
 
     @post_load
     def typed(self, data: dict[str, Any], **kwargs: Any) -> AttentionRequest:

@@ -1,0 +1,101 @@
+"""POST /v1/multi-head-attention: request and response."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from marshmallow import Schema, fields, post_load, validate
+
+from service.api.schemas.attention import AttentionOptionsSchema, IndexRows
+from service.api.schemas.common import IncludeList
+from service.kernels import MultiHeadResult
+from service.requests import MultiHeadOutput, MultiHeadRequest
+from service.web.arrays import Array
+from service.web.fields import StrictInteger
+
+ARRAYS = MultiHeadRequest.ARRAYS
+
+
+def _array(name: str, description: str, **kwargs: Any) -> Array:
+    return Array.of(ARRAYS[name], metadata={"description": description}, **kwargs)
+
+
+class MultiHeadRequestSchema(AttentionOptionsSchema):
+    """The layer's arrays and heads; the options that act per head are /v1/attention's own fields."""
+
+    query = _array("query", "Inputs of the queries, [..., n, d_model].", required=True)
+    key = _array("key", "Inputs of the keys, [..., m, d_kv_model]; default: the query (self-attention).")
+    value = _array("value", "Inputs of the values, [..., m, d_kv_model]; default: the key.")
+    w_q = _array("w_q", "Query projection, [d_model, num_heads · d_k] (x @ w_q).", required=True)
+    w_k = _array("w_k", "Key projection, [d_kv_model, num_kv_heads · d_k].", required=True)
+    w_v = _array("w_v", "Value projection, [d_kv_model, num_kv_heads · d_v].", required=True)
+    w_o = _array(
+        "w_o", "Output projection of the concatenated heads, [num_heads · d_v, d_out].", required=True
+    )
+    b_q = _array("b_q", "Query projection bias, [num_heads · d_k].")
+    b_k = _array("b_k", "Key projection bias, [num_kv_heads · d_k].")
+    b_v = _array("b_v", "Value projection bias, [num_kv_heads · d_v].")
+    b_o = _array("b_o", "Output projection bias, [d_out].")
+    num_heads = StrictInteger(
+        required=True, validate=validate.Range(min=1), metadata={"description": "Query heads H_q."}
+    )
+    num_kv_heads = StrictInteger(
+        validate=validate.Range(min=1),
+        metadata={
+            "description": "Key/value heads H_kv (default num_heads); num_heads must be a multiple. Query "
+            "head i reads key/value head i // (num_heads / num_kv_heads): grouped-query attention; 1 is "
+            "multi-query attention."
+        },
+    )
+    mask = _array("mask", "true = may attend; broadcastable to the per-head weights [..., H_q, n, m].")
+    bias = _array("bias", "Added to every head's scaled scores; broadcastable to [..., H_q, n, m].")
+    alibi_slopes = _array("alibi_slopes", "ALiBi: one slope per head, broadcastable to [..., H_q].")
+    include = IncludeList(
+        MultiHeadOutput,
+        default=sorted(MultiHeadRequest.DEFAULT_INCLUDE),
+        metadata={
+            "description": "The steps to return beside the output: per-head weights and scores "
+            "[..., H_q, n, m], heads (per-head outputs before w_o) [..., H_q, n, d_v], and the projections "
+            "q [..., H_q, n, d_k], k [..., H_kv, m, d_k], v [..., H_kv, m, d_v] as the scores used them "
+            "(after rotary)."
+        },
+    )
+
+    @post_load
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> MultiHeadRequest:
+        """The typed request: its own checks (shapes, heads, ranges) raise errors naming the field."""
+        return MultiHeadRequest(**data)
+
+
+def _result_array(description: str, **kwargs: Any) -> Array:
+    return Array(min_rank=1, metadata={"description": description}, **kwargs)
+
+
+class MultiHeadResponseSchema(Schema):
+    output = _result_array("The layer's output, [..., n, d_out].", required=True)
+    weights = _result_array("Per-head attention weights, [..., H_q, n, m].")
+    scores = _result_array("Per-head scores, [..., H_q, n, m]; hidden entries are null.", nullable=True)
+    heads = _result_array("Per-head outputs before w_o, [..., H_q, n, d_v].")
+    q = _result_array("Projected queries per head, [..., H_q, n, d_k] (after rotary).")
+    k = _result_array("Projected keys per key/value head, [..., H_kv, m, d_k] (after rotary).")
+    v = _result_array("Projected values per key/value head, [..., H_kv, m, d_v].")
+    scale = fields.Float(required=True, metadata={"description": "The scale that was used."})
+    empty_rows = IndexRows(
+        fields.List(fields.Integer()),
+        required=True,
+        metadata={"description": "Index lists (into [..., H_q, n]) of query rows that saw no key."},
+    )
+
+
+def multi_head_response(result: MultiHeadResult, *, include: Collection[str]) -> dict[str, Any]:
+    """The response body: the output and whichever steps were asked for."""
+    body: dict[str, Any] = {"output": result.output, "scale": result.scale, "empty_rows": result.empty_rows}
+    body.update(
+        {
+            name: getattr(result, name)
+            for name in ("weights", "scores", "heads", "q", "k", "v")
+            if name in include
+        }
+    )
+    return body

@@ -1,0 +1,207 @@
+"""The typed multi-head attention request: a layer's inputs, weights and options, and its work."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from service.kernels import (
+    CausalAlignment,
+    EmptyRowPolicy,
+    MultiHeadResult,
+    MultiHeadShapes,
+    Rotary,
+    attention_shapes,
+    check_rotary,
+    multi_head_attention,
+    multi_head_shapes,
+)
+from service.requests._attention import REFERENCE_ROW_WIDTH, AttentionRequest, rotary_option, window_option
+from service.requests._common import (
+    PRECISIONS,
+    AnyArray,
+    ArraySpec,
+    Bound,
+    Precision,
+    Range,
+    Work,
+    boolean,
+    choice,
+    integer,
+    names,
+    number,
+)
+
+MultiHeadOutput = Literal["weights", "scores", "heads", "q", "k", "v"]
+HEADS = Range(minimum=1)
+
+
+@dataclass(frozen=True)
+class MultiHeadRequest:
+    """A multi-head attention layer (AIAYN §3.2.2, PyTorch's ``nn.MultiheadAttention``), as a client asked.
+
+    ``key`` and ``value`` default to the query (self-attention). ``shapes`` is derived, and every shape
+    checked, when the object is made.
+    """
+
+    ARRAYS: ClassVar[dict[str, ArraySpec]] = {
+        "query": ArraySpec(min_rank=2, axes="[..., n, d_model]"),
+        "key": ArraySpec(min_rank=2, axes="[..., m, d_kv_model]"),
+        "value": ArraySpec(min_rank=2, axes="[..., m, d_kv_model]"),
+        "w_q": ArraySpec(min_rank=2, max_rank=2, axes="[d_model, num_heads · d_k]"),
+        "w_k": ArraySpec(min_rank=2, max_rank=2, axes="[d_kv_model, num_kv_heads · d_k]"),
+        "w_v": ArraySpec(min_rank=2, max_rank=2, axes="[d_kv_model, num_kv_heads · d_v]"),
+        "w_o": ArraySpec(min_rank=2, max_rank=2, axes="[num_heads · d_v, d_out]"),
+        "b_q": ArraySpec(max_rank=1, axes="[num_heads · d_k]"),
+        "b_k": ArraySpec(max_rank=1, axes="[num_kv_heads · d_k]"),
+        "b_v": ArraySpec(max_rank=1, axes="[num_kv_heads · d_v]"),
+        "b_o": ArraySpec(max_rank=1, axes="[d_out]"),
+        "mask": ArraySpec(kind="boolean", axes="[..., H, n, m]"),
+        "bias": ArraySpec(axes="[..., H, n, m]"),
+        "alibi_slopes": ArraySpec(min_rank=0, axes="[..., H]"),
+    }
+    DEFAULT_INCLUDE: ClassVar[frozenset[MultiHeadOutput]] = frozenset()
+
+    query: AnyArray
+    w_q: AnyArray
+    w_k: AnyArray
+    w_v: AnyArray
+    w_o: AnyArray
+    num_heads: int
+    key: AnyArray | None = None
+    value: AnyArray | None = None
+    num_kv_heads: int | None = None
+    b_q: AnyArray | None = None
+    b_k: AnyArray | None = None
+    b_v: AnyArray | None = None
+    b_o: AnyArray | None = None
+    mask: AnyArray | None = None
+    bias: AnyArray | None = None
+    causal: bool = False
+    causal_alignment: CausalAlignment = "lower_right"
+    scale: float | None = None
+    window: tuple[int | None, int | None] | None = None
+    alibi_slopes: AnyArray | None = None
+    softcap: float | None = None
+    rotary: Rotary | Mapping[str, Any] | None = None
+    empty_rows: EmptyRowPolicy = "error"
+    include: frozenset[MultiHeadOutput] = DEFAULT_INCLUDE
+    precision: Precision = "float64"
+    shapes: MultiHeadShapes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, spec in self.ARRAYS.items():
+            array = getattr(self, name)
+            if array is not None:
+                spec.check(array, field=name)
+        set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
+        set_(self, "num_heads", integer(self.num_heads, field="num_heads", allowed=HEADS))
+        if self.num_kv_heads is not None:
+            set_(self, "num_kv_heads", integer(self.num_kv_heads, field="num_kv_heads", allowed=HEADS))
+        set_(self, "causal", boolean(self.causal, field="causal"))
+        set_(
+            self, "causal_alignment", choice(self.causal_alignment, CausalAlignment, field="causal_alignment")
+        )
+        if self.scale is not None:
+            set_(self, "scale", number(self.scale, field="scale", allowed=AttentionRequest.SCALE))
+        if self.window is not None:
+            set_(self, "window", window_option(self.window))
+        if self.softcap is not None:
+            set_(self, "softcap", number(self.softcap, field="softcap", allowed=AttentionRequest.SOFTCAP))
+        if self.rotary is not None:
+            set_(self, "rotary", rotary_option(self.rotary))
+        set_(self, "empty_rows", choice(self.empty_rows, EmptyRowPolicy, field="empty_rows"))
+        set_(self, "include", names(self.include, MultiHeadOutput, field="include"))
+        set_(self, "precision", choice(self.precision, Precision, field="precision"))
+        shapes = multi_head_shapes(
+            self.query.shape,
+            None if self.key is None else self.key.shape,
+            None if self.value is None else self.value.shape,
+            w_q=self.w_q.shape,
+            w_k=self.w_k.shape,
+            w_v=self.w_v.shape,
+            w_o=self.w_o.shape,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            b_q=None if self.b_q is None else self.b_q.shape,
+            b_k=None if self.b_k is None else self.b_k.shape,
+            b_v=None if self.b_v is None else self.b_v.shape,
+            b_o=None if self.b_o is None else self.b_o.shape,
+        )
+        set_(self, "shapes", shapes)
+        # The per-head arrays' shapes: the mask, bias and slopes must fit them (checked without allocating).
+        heads = shapes.heads_batch
+        attention_shapes(
+            (*heads, shapes.n, shapes.d_k),
+            (*heads, shapes.m, shapes.d_k),
+            (*heads, shapes.m, shapes.d_v),
+            mask_shape=None if self.mask is None else self.mask.shape,
+            bias_shape=None if self.bias is None else self.bias.shape,
+            alibi_shape=None if self.alibi_slopes is None else self.alibi_slopes.shape,
+        )
+        if isinstance(self.rotary, Rotary):
+            check_rotary(self.rotary, shapes.d_k)
+
+    def work(self) -> Work:
+        """What the layer holds (projections, heads, output, any per-head matrices asked for) and computes
+        (the projections' multiply-adds and every head's scores, per 128-wide row as for attention)."""
+        s = self.shapes
+        rows = math.prod(s.batch)
+        per_head = len(self.include & {"weights", "scores"}) * s.scores_elements
+        projections = rows * (
+            s.num_heads * s.n * s.d_k + s.num_kv_heads * s.m * (s.d_k + s.d_v) + 2 * s.num_heads * s.n * s.d_v
+        )
+        output = rows * s.n * s.d_out
+        listed = rows * s.num_heads * s.n * (len(s.batch) + 2) if self.empty_rows == "zero" else 0
+        held = projections + output + per_head + listed
+        multiplies = s.projection_multiplies + s.scores_elements * (s.d_k + s.d_v)
+        computed = math.ceil(multiplies / REFERENCE_ROW_WIDTH)
+        shown = {"heads": s.num_heads * s.n * s.d_v, "q": s.num_heads * s.n * s.d_k}
+        shown.update(k=s.num_kv_heads * s.m * s.d_k, v=s.num_kv_heads * s.m * s.d_v)
+        answer = (
+            output + per_head + listed + rows * sum(shown[name] for name in shown if name in self.include)
+        )
+        bounds = (
+            Bound(held, "a multi-head layer's arrays (projections, heads, output and per-head matrices)"),
+            Bound(
+                computed,
+                "a multi-head layer's arithmetic (projection and attention multiply-adds / 128)",
+                setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
+            ),
+        )
+        return Work(elements=computed, bounds=bounds, answer_elements=answer)
+
+    def run(self) -> MultiHeadResult:
+        """The kernel's answer to this request."""
+        return multi_head_attention(
+            self.query,
+            self.key,
+            self.value,
+            w_q=self.w_q,
+            w_k=self.w_k,
+            w_v=self.w_v,
+            w_o=self.w_o,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            b_q=self.b_q,
+            b_k=self.b_k,
+            b_v=self.b_v,
+            b_o=self.b_o,
+            mask=self.mask,
+            bias=self.bias,
+            causal=self.causal,
+            causal_alignment=self.causal_alignment,
+            scale=self.scale,
+            window=self.window,
+            alibi_slopes=self.alibi_slopes,
+            softcap=self.softcap,
+            rotary=self.rotary if isinstance(self.rotary, Rotary) else None,
+            empty_rows=self.empty_rows,
+            return_weights="weights" in self.include,
+            return_scores="scores" in self.include,
+            return_heads="heads" in self.include,
+            return_projections=bool(self.include & {"q", "k", "v"}),
+            dtype=PRECISIONS[self.precision],
+        )

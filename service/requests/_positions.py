@@ -1,0 +1,157 @@
+"""The typed positional-encoding request: the sinusoidal table, or rotary embedding applied to ``x``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Literal
+
+import numpy as np
+
+from service.kernels import RotaryStyle, apply_rotary, rotary_tables, sinusoidal_encoding
+from service.kernels._positions import DEFAULT_BASE, MAX_POSITION, check_rotary_dim
+from service.requests._common import (
+    PRECISIONS,
+    AnyArray,
+    ArraySpec,
+    Bound,
+    Precision,
+    Range,
+    RequestError,
+    Work,
+    choice,
+    integer,
+    names,
+    number,
+)
+
+EncodingKind = Literal["sinusoidal", "rotary"]
+PositionalOutput = Literal["tables"]
+POSITIVE = Range(minimum=0, min_inclusive=False)
+LENGTH = Range(minimum=1, maximum=MAX_POSITION)
+D_MODEL = Range(minimum=2)
+
+
+@dataclass(frozen=True)
+class PositionalEncodingResult:
+    """``encoding [n, d_model]`` (sinusoidal), or ``output`` like ``x`` and the ``cos``/``sin`` tables."""
+
+    encoding: AnyArray | None = None
+    output: AnyArray | None = None
+    cos: AnyArray | None = None
+    sin: AnyArray | None = None
+
+
+@dataclass(frozen=True)
+class PositionalEncodingRequest:
+    """``kind="sinusoidal"``: ``PE[n, d_model]`` for ``positions`` (or ``0 … length − 1``);
+    ``kind="rotary"``: RoPE applied to ``x [..., n, d]`` at ``positions`` (default ``0 … n − 1``)."""
+
+    ARRAYS: ClassVar[dict[str, ArraySpec]] = {
+        "positions": ArraySpec(kind="integer", max_rank=1, axes="[n]"),
+        "x": ArraySpec(min_rank=2, axes="[..., n, d]"),
+    }
+    BASE: ClassVar[Range] = POSITIVE
+
+    kind: EncodingKind
+    positions: AnyArray | None = None
+    length: int | None = None
+    d_model: int | None = None
+    x: AnyArray | None = None
+    base: float = DEFAULT_BASE
+    style: RotaryStyle = "half"
+    dim: int | None = None
+    include: frozenset[PositionalOutput] = frozenset()
+    precision: Precision = "float64"
+    rows: int = field(init=False, repr=False)  # n: how many positions
+
+    def __post_init__(self) -> None:
+        for name, spec in self.ARRAYS.items():
+            array = getattr(self, name)
+            if array is not None:
+                spec.check(array, field=name)
+        set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
+        set_(self, "kind", choice(self.kind, EncodingKind, field="kind"))
+        set_(self, "base", number(self.base, field="base", allowed=self.BASE))
+        set_(self, "style", choice(self.style, RotaryStyle, field="style"))
+        set_(self, "include", names(self.include, PositionalOutput, field="include"))
+        set_(self, "precision", choice(self.precision, Precision, field="precision"))
+        if self.positions is not None and np.abs(self.positions).max() > MAX_POSITION:
+            raise RequestError("positions must be within ±2^53", field="positions")
+        if self.kind == "sinusoidal":
+            self._check_sinusoidal()
+        else:
+            self._check_rotary()
+
+    def _check_sinusoidal(self) -> None:
+        for name in ("x", "dim"):
+            if getattr(self, name) is not None:
+                raise RequestError(f"{name} is for kind rotary, not sinusoidal", field=name)
+        if self.d_model is None:
+            raise RequestError("d_model is required for kind sinusoidal", field="d_model")
+        d_model = integer(self.d_model, field="d_model", allowed=D_MODEL)
+        if d_model % 2:
+            raise RequestError(f"d_model must be even (sin and cos pairs), got {d_model}", field="d_model")
+        object.__setattr__(self, "d_model", d_model)
+        if (self.positions is None) == (self.length is None):
+            which = "not both" if self.length is not None else "one of them is required"
+            raise RequestError(f"give either positions or length (0 … length − 1): {which}", field="length")
+        if self.length is not None:
+            object.__setattr__(self, "length", integer(self.length, field="length", allowed=LENGTH))
+            object.__setattr__(self, "rows", self.length)
+        else:
+            assert self.positions is not None
+            object.__setattr__(self, "rows", int(self.positions.shape[0]))
+        if self.include:
+            raise RequestError("tables are for kind rotary", field="include")
+
+    def _check_rotary(self) -> None:
+        for name in ("length", "d_model"):
+            if getattr(self, name) is not None:
+                raise RequestError(f"{name} is for kind sinusoidal, not rotary", field=name)
+        if self.x is None:
+            raise RequestError("x is required for kind rotary", field="x")
+        n, d = self.x.shape[-2:]
+        if self.positions is not None and self.positions.shape[0] != n:
+            raise RequestError(
+                f"positions has {self.positions.shape[0]} entries but x has n={n} rows", field="positions"
+            )
+        if self.dim is not None:
+            object.__setattr__(self, "dim", integer(self.dim, field="dim"))
+        check_rotary_dim(self.dim, d, width="d")
+        object.__setattr__(self, "rows", int(n))
+
+    def work(self) -> Work:
+        """The answer's size: the table, or the rotated copy of ``x`` and (on request) the tables."""
+        if self.kind == "sinusoidal":
+            assert self.d_model is not None
+            elements = self.rows * self.d_model
+            return Work(
+                elements=elements,
+                bounds=(Bound(elements, "a sinusoidal table (n × d_model)"),),
+                answer_elements=elements,
+            )
+        assert self.x is not None
+        dim = self.x.shape[-1] if self.dim is None else self.dim
+        tables = 2 * self.rows * (dim // 2) if self.include else 0
+        elements = int(self.x.size) + tables
+        return Work(
+            elements=elements,
+            bounds=(Bound(elements, "rotated rows (the size of x) and tables"),),
+            answer_elements=elements,
+        )
+
+    def run(self) -> PositionalEncodingResult:
+        dtype = PRECISIONS[self.precision]
+        positions = np.arange(self.rows) if self.positions is None else self.positions
+        if self.kind == "sinusoidal":
+            assert self.d_model is not None
+            return PositionalEncodingResult(
+                encoding=sinusoidal_encoding(positions, self.d_model, base=self.base, dtype=dtype)
+            )
+        assert self.x is not None
+        dim = self.x.shape[-1] if self.dim is None else self.dim
+        output = apply_rotary(self.x, positions, base=self.base, style=self.style, dim=dim, dtype=dtype)
+        if not self.include:
+            return PositionalEncodingResult(output=output)
+        tables = rotary_tables(positions, dim, base=self.base, dtype=dtype)
+        return PositionalEncodingResult(output=output, cos=tables.cos, sin=tables.sin)

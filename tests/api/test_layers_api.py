@@ -1,0 +1,187 @@
+"""/v1/multi-head-attention and /v1/positional-encoding over HTTP: loop references, limits, 422s."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from service import create_app
+from tests.conftest import ContractCheckingClient
+from tests.layer_references import layer_cases, reference_multi_head, reference_rope, reference_sinusoidal
+
+TOLERANCE = {"rtol": 1e-12, "atol": 1e-12}
+
+app = create_app({"TESTING": True})
+app.test_client_class = ContractCheckingClient
+
+
+def post(path: str, body: dict[str, Any]) -> Any:
+    return app.test_client().post(path, json=body)
+
+
+@settings(max_examples=30, deadline=None)
+@given(layer_cases())
+def test_the_layer_over_http_matches_the_loop_reference(case: dict[str, Any]) -> None:
+    batch, heads = case["query"].shape[:-2], case["num_heads"]
+    body: dict[str, Any] = {
+        "query": case["query"].tolist(),
+        **{name: weight.tolist() for name, weight in case["weights"].items()},
+        **{name: bias.tolist() for name, bias in case["biases"].items() if bias is not None},
+        "num_heads": heads,
+        "num_kv_heads": case["num_kv_heads"],
+        "causal": case["causal"],
+        "causal_alignment": case["alignment"],
+        "empty_rows": "zero",
+        "include": ["weights", "heads"],
+    }
+    if not case["self_attention"]:
+        body.update(key=case["key"].tolist(), value=case["value"].tolist())
+    optional = {
+        "mask": None if case["mask"] is None else case["mask"].tolist(),
+        "window": None if case["window"] is None else list(case["window"]),
+        "alibi_slopes": None if case["slopes"] is None else case["slopes"].tolist(),
+        "softcap": case["softcap"],
+        "rotary": None
+        if case["rope"] is None
+        else {k: v for k, v in asdict(case["rope"]).items() if v is not None},
+    }
+    body.update({name: value for name, value in optional.items() if value is not None})
+    response = post("/v1/multi-head-attention", body)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    answer = response.get_json()
+    output, per_head, head_outputs = reference_multi_head(
+        case["query"],
+        case["key"],
+        case["value"],
+        case["weights"],
+        case["biases"],
+        num_heads=heads,
+        num_kv_heads=case["num_kv_heads"],
+        mask=case["mask"],
+        slopes=None if case["slopes"] is None else np.broadcast_to(case["slopes"], (*batch, heads)),
+        causal=case["causal"],
+        alignment=case["alignment"],
+        window=case["window"],
+        softcap=case["softcap"],
+        rope=case["rope"],
+    )
+    np.testing.assert_allclose(answer["output"], output, **TOLERANCE)
+    np.testing.assert_allclose(answer["weights"], per_head.weights, **TOLERANCE)
+    np.testing.assert_allclose(answer["heads"], head_outputs, **TOLERANCE)
+    assert answer["empty_rows"] == np.argwhere(per_head.empty).tolist()
+
+
+LAYER = {
+    "query": np.ones((3, 4)).tolist(),
+    "w_q": np.ones((4, 8)).tolist(),
+    "w_k": np.ones((4, 8)).tolist(),
+    "w_v": np.ones((4, 8)).tolist(),
+    "w_o": np.ones((8, 2)).tolist(),
+    "num_heads": 2,
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"num_heads": 3}, "w_q"),
+        ({"num_kv_heads": 3, "num_heads": 4, "w_o": np.ones((8, 2)).tolist()}, "num_kv_heads"),
+        ({"num_heads": 0}, "num_heads"),
+        ({"w_o": np.ones((6, 2)).tolist()}, "w_o"),
+        ({"b_q": [1.0, 2.0]}, "b_q"),
+        ({"key": np.ones((5, 3)).tolist()}, "w_k"),
+        ({"rotary": {"dim": 3}}, "rotary.dim"),
+        ({"rotary": {"dim": 6}}, "rotary.dim"),
+        ({"window": [-1, None]}, "window"),
+        ({"softcap": 0}, "softcap"),
+        ({"mask": np.ones((3, 3, 3), dtype=bool).tolist()}, "mask"),
+        ({"alibi_slopes": [1.0, 2.0, 3.0]}, "alibi_slopes"),
+        ({"include": ["attention"]}, "include"),
+    ],
+)
+def test_bad_layers_are_422_naming_the_field(change: dict[str, Any], field: str) -> None:
+    response = post("/v1/multi-head-attention", {**LAYER, **change})
+    assert response.status_code == 422, response.get_data(as_text=True)
+    assert field in response.get_json()["errors"]
+
+
+def test_a_small_body_cannot_ask_for_a_large_layer() -> None:
+    # About 40 kB of JSON: 2,000 one-feature tokens and one-row weights 4,096 wide. The projections alone
+    # would hold 5 x 2,000 x 4,096 = 41 million numbers; refused before any is made.
+    body = {
+        "query": [[1.0]] * 2000,
+        "w_q": [[1.0] * 4096],
+        "w_k": [[1.0] * 4096],
+        "w_v": [[1.0] * 4096],
+        "w_o": [[1.0]] * 4096,
+        "num_heads": 1,
+    }
+    response = post("/v1/multi-head-attention", body)
+    assert response.status_code == 413, response.get_data(as_text=True)
+    assert "multi-head layer" in response.get_json()["detail"]
+    # Many heads of width 1 are counted too: the scores are H x n x m.
+    many = {**body, "query": [[1.0]] * 512, "num_heads": 4096, "w_o": [[1.0]] * 4096}
+    response = post("/v1/multi-head-attention", {**many, "include": ["weights"]})
+    assert response.status_code == 413, response.get_data(as_text=True)
+
+
+def test_sinusoidal_over_http_matches_the_reference() -> None:
+    answer = post(
+        "/v1/positional-encoding",
+        {"kind": "sinusoidal", "positions": [0, 5, 17, 4096], "d_model": 6, "base": 100},
+    )
+    assert answer.status_code == 200
+    np.testing.assert_allclose(
+        answer.get_json()["encoding"], reference_sinusoidal([0, 5, 17, 4096], 6, 100.0), **TOLERANCE
+    )
+    by_length = post("/v1/positional-encoding", {"kind": "sinusoidal", "length": 3, "d_model": 4}).get_json()
+    np.testing.assert_allclose(by_length["encoding"], reference_sinusoidal([0, 1, 2], 4), **TOLERANCE)
+
+
+@pytest.mark.parametrize("style", ["half", "interleaved"])
+def test_rotary_over_http_matches_the_reference(style: str) -> None:
+    x = np.random.default_rng(5).normal(size=(2, 3, 6))
+    answer = post(
+        "/v1/positional-encoding",
+        {
+            "kind": "rotary",
+            "x": x.tolist(),
+            "positions": [3, 0, 9],
+            "style": style,
+            "dim": 4,
+            "base": 50,
+            "include": ["tables"],
+        },
+    ).get_json()
+    for b in range(2):
+        for i, position in enumerate([3, 0, 9]):
+            expected = reference_rope(x[b, i].tolist(), position, base=50.0, style=style, dim=4)
+            np.testing.assert_allclose(answer["output"][b][i], expected, **TOLERANCE)
+    assert np.array(answer["cos"]).shape == (3, 2)
+    np.testing.assert_allclose(answer["cos"][2][1], np.cos(9 * 50 ** (-2 / 4)), rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "status"),
+    [
+        ({"kind": "sinusoidal", "length": 4, "d_model": 5}, "d_model", 422),
+        ({"kind": "sinusoidal", "length": 4}, "d_model", 422),
+        ({"kind": "sinusoidal", "d_model": 4}, "length", 422),
+        ({"kind": "sinusoidal", "positions": [0.5], "d_model": 4}, "positions", 422),
+        ({"kind": "rotary", "x": [[1.0, 2.0, 3.0]]}, "dim", 422),
+        ({"kind": "rotary", "x": [[1.0, 2.0]], "dim": 4}, "dim", 422),
+        ({"kind": "rotary", "x": [[1.0, 2.0]], "positions": [0, 1]}, "positions", 422),
+        ({"kind": "rotary"}, "x", 422),
+        ({"kind": "cosine", "length": 2, "d_model": 2}, "kind", 422),
+        ({"kind": "sinusoidal", "length": 10**9, "d_model": 4096}, None, 413),
+    ],
+)
+def test_bad_encodings_name_the_field(body: dict[str, Any], field: str | None, status: int) -> None:
+    response = post("/v1/positional-encoding", body)
+    assert response.status_code == status, response.get_data(as_text=True)
+    if field is not None:
+        assert field in response.get_json()["errors"]
