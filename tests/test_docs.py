@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from service import create_app
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,3 +157,13 @@ def test_relative_links_in_the_docs_lead_somewhere() -> None:
             assert (page.parent / target).exists(), (
                 f"{page.relative_to(ROOT)} links to {target}, which is missing"
             )
+
+
+def test_the_curl_examples_in_docs_layers_are_the_services_answers() -> None:
+    # Each example: "$ curl ... localhost:8000<path> ... -d '<body>'" then the answer on the next line.
+    text = (ROOT / "docs" / "layers.md").read_text(encoding="utf-8")
+    examples = re.findall(r"\$ curl [^\n]*localhost:8000(\S+)[^\n]*\n\s+-d '([^\n]+)'\n\s+(\{[^\n]+\})\n", text)
+    assert len(examples) == 6
+    client = create_app({"TESTING": True}).test_client()
+    for path, body, answer in examples:
+        assert client.post(path, json=json.loads(body)).get_json() == json.loads(answer), path
