@@ -162,7 +162,8 @@ def test_relative_links_in_the_docs_lead_somewhere() -> None:
 def test_the_curl_examples_in_docs_layers_are_the_services_answers() -> None:
     # Each example: "$ curl ... localhost:8000<path> ... -d '<body>'" then the answer on the next line.
     text = (ROOT / "docs" / "layers.md").read_text(encoding="utf-8")
-    examples = re.findall(r"\$ curl [^\n]*localhost:8000(\S+)[^\n]*\n\s+-d '([^\n]+)'\n\s+(\{[^\n]+\})\n", text)
+    example = r"\$ curl [^\n]*localhost:8000(\S+)[^\n]*\n\s+-d '([^\n]+)'\n\s+(\{[^\n]+\})\n"
+    examples = re.findall(example, text)
     assert len(examples) == 6
     client = create_app({"TESTING": True}).test_client()
     for path, body, answer in examples:
