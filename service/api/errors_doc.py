@@ -7,13 +7,9 @@ from typing import Any
 
 from service.web.api_keys import SECURITY_REQUIREMENT
 from service.web.blueprint import Blueprint
+from service.web.statuses import status_name
 
-COMPUTE_ERRORS = {
-    400: "BAD_REQUEST",
-    401: "UNAUTHORIZED",
-    413: "REQUEST_ENTITY_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
-}
+COMPUTE_ERRORS = (400, 401, 413, 415)
 
 
 def document_compute_errors(blp: Blueprint) -> Callable[[Any], Any]:
@@ -22,8 +18,8 @@ def document_compute_errors(blp: Blueprint) -> Callable[[Any], Any]:
 
     def decorate(view: Any) -> Any:
         view = blp.doc(security=SECURITY_REQUIREMENT)(view)
-        for status, name in COMPUTE_ERRORS.items():
-            view = blp.alt_response(status, name)(view)
+        for status in COMPUTE_ERRORS:
+            view = blp.alt_response(status, status_name(status))(view)
         return view
 
     return decorate

@@ -16,6 +16,7 @@ from service.web.json_provider import dumps_bytes
 from service.web.metrics import exposition
 from service.web.problems import Problem
 from service.web.spec import API_TITLE, API_VERSION, Api, spec_yaml
+from service.web.statuses import status_name
 
 blp = Blueprint("meta", __name__, description="Probes, metrics, the contract and the index.")
 
@@ -50,7 +51,7 @@ def healthz() -> dict[str, str]:
 
 @blp.route("/readyz", methods=["GET"])
 @blp.response(200, HealthSchema)
-@blp.alt_response(503, "SERVICE_UNAVAILABLE")
+@blp.alt_response(503, status_name(503))
 def readyz() -> dict[str, str]:
     """Readiness: a tiny attention computation succeeds and is right (send traffic when this passes)."""
     self_check()

@@ -10,6 +10,7 @@ from webargs import core
 
 from service.web.parsing import OrjsonParser
 from service.web.problems import Problem
+from service.web.statuses import status_name
 
 
 class Blueprint(flask_smorest.Blueprint):  # type: ignore[misc]
@@ -20,6 +21,21 @@ class Blueprint(flask_smorest.Blueprint):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.before_request(_require_json_body)
+
+    def arguments(self, schema: Any, **kwargs: Any) -> Any:
+        """flask-smorest's ``arguments``, documenting its 422 under the contract's own response name.
+
+        flask-smorest names it ``http.HTTPStatus(422).name``, which Python 3.13 renamed.
+        """
+        decorate = super().arguments(schema, **kwargs)
+        status = kwargs.get("error_status_code", self.ARGUMENTS_PARSER.DEFAULT_VALIDATION_STATUS)
+
+        def decorator(view: Any) -> Any:
+            view = decorate(view)
+            view._apidoc["arguments"]["responses"][status] = status_name(status)
+            return view
+
+        return decorator
 
 
 def _require_json_body() -> None:

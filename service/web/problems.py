@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Mapping
-from http import HTTPStatus
 from itertools import islice
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +17,7 @@ from werkzeug.routing import RequestRedirect
 from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
 from service.web.json_provider import dumps_bytes
 from service.web.request_id import current_request_id
+from service.web.statuses import status_phrase
 
 PROBLEM_MIMETYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
@@ -76,7 +76,7 @@ class ProblemSchema(ma.Schema):
 
 def problem_response(problem: Problem) -> Response:
     """Render ``problem`` as problem+json."""
-    title = problem.title or HTTPStatus(problem.status).phrase
+    title = problem.title or status_phrase(problem.status)
     body: dict[str, Any] = {
         "type": PROBLEM_TYPE_BASE + problem.slug if problem.slug else "about:blank",
         "title": title,

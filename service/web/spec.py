@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http
 from typing import Any
 
 import flask_smorest
@@ -11,6 +10,7 @@ from marshmallow import fields
 
 from service.web.arrays import Array, array_json_schema
 from service.web.problems import PROBLEM_MIMETYPE, ProblemSchema
+from service.web.statuses import STATUSES
 
 API_TITLE = "Attention service"
 API_VERSION = "1.0.0"
@@ -36,12 +36,11 @@ class Api(flask_smorest.Api):  # type: ignore[misc]
     ERROR_SCHEMA = ProblemSchema
 
     def _register_responses(self) -> None:
-        for status in http.HTTPStatus:
-            if status < 400:
-                continue
-            response = {"description": status.phrase, "schema": self.ERROR_SCHEMA}
+        # Named from our own table, not http.HTTPStatus, whose names depend on the Python version.
+        for name, phrase in STATUSES.values():
+            response = {"description": phrase, "schema": self.ERROR_SCHEMA}
             prepare_response(response, self.spec, PROBLEM_MIMETYPE)
-            self.spec.components.response(status.name, response, lazy=True)
+            self.spec.components.response(name, response, lazy=True)
         response = {"description": "Any other error", "schema": self.ERROR_SCHEMA}
         prepare_response(response, self.spec, PROBLEM_MIMETYPE)
         self.spec.components.response(self.DEFAULT_ERROR_RESPONSE_NAME, response, lazy=True)
