@@ -13,8 +13,8 @@ DEV_STAMP     := $(VENV)/.dev-installed
 NODE_STAMP    := node_modules/.installed
 BIOME         := node_modules/.bin/biome
 
-.PHONY: run test lint format typecheck check openapi clean soak kubernetes-validate container-smoke screenshots \
-	bench bench-smoke bench-tune bench-workers attack scale-check
+.PHONY: run test test-other-arithmetic lint format typecheck check openapi clean soak kubernetes-validate \
+	container-smoke screenshots bench bench-smoke bench-tune bench-workers attack scale-check
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,17 @@ run: $(RUNTIME_STAMP)  ## serve the API with gunicorn on $(HOST):$(PORT)
 
 test: $(DEV_STAMP)  ## the test suite
 	$(BIN)/python -m pytest
+
+# The numeric and contract tests again on two other arithmetic paths of this x86-64 CPU: NumPy's SIMD dispatch
+# narrowed (NPY_DISABLE_CPU_FEATURES takes NumPy's group names only) and OpenBLAS pinned to an older core,
+# as on an AVX2 machine without AVX-512 (e.g. AMD EPYC), then on SSE4.2 only. Results move in their last
+# bits; the tests, the contract's bytes and the README's examples must not. Only this target sets these.
+NUMERIC_TESTS := tests/test_arithmetic_path.py tests/kernels tests/api tests/test_contract.py tests/test_readme.py
+test-other-arithmetic: $(DEV_STAMP)  ## the numeric and contract tests on AVX2-only and SSE-only arithmetic
+	NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR" OPENBLAS_CORETYPE=Haswell \
+		$(BIN)/python -m pytest -p no:cacheprovider $(NUMERIC_TESTS)
+	NPY_DISABLE_CPU_FEATURES="X86_V3 X86_V4 AVX512_ICL AVX512_SPR" OPENBLAS_CORETYPE=Nehalem \
+		$(BIN)/python -m pytest -p no:cacheprovider $(NUMERIC_TESTS)
 
 $(NODE_STAMP): package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -59,7 +70,7 @@ screenshots: $(DEV_STAMP)  ## refresh the README's screenshots in docs/ (headles
 	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser -k "screenshot or docs_render"
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-3.13 node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 bench: $(DEV_STAMP)  ## the benchmark suite: the service against the in-process and bare-Flask floors
 	PYTHONPATH=client/src $(BIN)/python -m bench
