@@ -46,6 +46,7 @@ from service.web.limits import admit_work
 from service.web.parsing import read_body
 from service.web.problems import Problem, problem_from_validation_messages
 from service.web.spec import API_VERSION
+from service.web.statuses import status_name
 
 blp = flask_smorest.Blueprint(
     "v2",
@@ -56,13 +57,7 @@ blp = flask_smorest.Blueprint(
 
 SERVER_NAME = "attention-service"
 EXTENSIONS = ["binary_tensor_data", "parameters"]
-INFER_ERRORS = {
-    400: "BAD_REQUEST",
-    401: "UNAUTHORIZED",
-    413: "REQUEST_ENTITY_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
-    422: "UNPROCESSABLE_ENTITY",
-}
+INFER_ERRORS = (400, 401, 413, 415, 422)
 
 
 @blp.route("", methods=["GET"])
@@ -81,7 +76,7 @@ def server_live() -> dict[str, bool]:
 
 @blp.route("/health/ready", methods=["GET"])
 @blp.response(200, ReadySchema)
-@blp.alt_response(503, "SERVICE_UNAVAILABLE")
+@blp.alt_response(503, status_name(503))
 def server_ready() -> dict[str, bool]:
     """Readiness (as /readyz: a tiny attention computation succeeds and is right)."""
     self_check()
@@ -114,7 +109,7 @@ def _register(model: Model, prefix: str, suffix: str) -> None:
         blp.response(200, ModelMetadataSchema)(metadata)
     )
     blp.route(f"{prefix}/ready", methods=["GET"], endpoint=f"{label}_ready")(
-        blp.alt_response(503, "SERVICE_UNAVAILABLE")(blp.response(200, ModelReadySchema)(ready))
+        blp.alt_response(503, status_name(503))(blp.response(200, ModelReadySchema)(ready))
     )
     documented: Callable[..., Any] = blp.doc(
         security=SECURITY_REQUIREMENT,
@@ -137,8 +132,8 @@ def _register(model: Model, prefix: str, suffix: str) -> None:
             }
         },
     )(infer)
-    for status, name in INFER_ERRORS.items():
-        documented = blp.alt_response(status, name)(documented)
+    for status in INFER_ERRORS:
+        documented = blp.alt_response(status, status_name(status))(documented)
     blp.route(f"{prefix}/infer", methods=["POST"], endpoint=f"{label}_infer")(documented)
 
 
