@@ -74,7 +74,9 @@ def split_body(body: bytes, header_length: str | None) -> tuple[memoryview, memo
     if header_length is None:
         return whole, whole[len(whole) :]
     text = header_length.strip()
-    if not text.isdigit() or len(text) > 19:  # isdigit also refuses a sign; 19 digits fit an int64
+    # ASCII digits only: str.isdigit alone takes "²" (a Latin-1 header byte), which int() refuses. No sign;
+    # 19 digits fit an int64.
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
         raise malformed(
             f"{HEADER_LENGTH} must be a byte count, got {header_length[:40]!r}.", field=HEADER_LENGTH
         )
