@@ -249,6 +249,12 @@ def _json_tensor(
         raise malformed(
             f"shape {list(shape)} has {count:,} elements but data has {array.size:,}.", field=name
         )
+    if dtype.kind == "i" and array.dtype != dtype and array.size:
+        limits = np.iinfo(dtype)
+        low, high = int(array.min()), int(array.max())
+        if low < limits.min or high > limits.max:  # astype would wrap it silently (2**32 → 0 in INT32)
+            outside = low if low < limits.min else high
+            raise invalid(f"data holds {outside}, outside the range of {datatype}.", field=name)
     if array.dtype != dtype:
         with np.errstate(over="ignore"):
             array = array.astype(dtype)  # FP32 entries beyond its range become inf: refused as non-finite

@@ -487,6 +487,17 @@ def test_bad_json_requests_name_the_tensor_or_parameter(
     assert problem["error"] == problem["detail"]
 
 
+@pytest.mark.parametrize("target", [2**32, 2**31, -(2**31) - 1])
+def test_int32_json_targets_outside_int32_are_refused_not_wrapped(client: FlaskClient, target: int) -> None:
+    # 2**32 wrapped to int32 is 0, a valid token id: it was once scored as token 0 with a 200.
+    inputs = [
+        json_tensor("logits", np.zeros((2, 3)), "FP64"),
+        {"name": "targets", "shape": [2], "datatype": "INT32", "data": [1, target]},
+    ]
+    response = client.post("/v2/models/log-likelihood/infer", json={"inputs": inputs})
+    assert_problem(response, 422, field="targets", says=f"{target}, outside the range of INT32")
+
+
 def test_top_outputs_need_top_logprobs(client: FlaskClient) -> None:
     inputs = [
         json_tensor("logits", np.array([[1.0, 2.0]]), "FP64"),
