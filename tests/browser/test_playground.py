@@ -6,6 +6,7 @@ worked example, from the course: softmax([0, 1/√2]) = [0.3302, 0.6698].
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.browser.conftest import Watch, serve
 
@@ -31,13 +33,23 @@ def post(base_url: str, path: str, body: Any) -> Any:
         return json.load(response)
 
 
-def answered(page: Any, widget: str, action: Callable[[], None]) -> Any:
-    """Run ``action`` and wait for ``widget``'s next rendered answer from the service; returns it."""
+def answered(page: Any, widget: str, action: Callable[[], None], until: str = "true") -> Any:
+    """Run ``action`` and wait for ``widget``'s next rendered answer for which the JavaScript expression
+    ``until`` (of ``answer``) holds; returns it.
+
+    ``until`` matters after several inputs: a slow machine may let the debounce fire between two key
+    presses, and the answer to that intermediate state is rightly drawn before the final one.
+    """
     page.evaluate(
-        """name => { window.__answer = new Promise((resolve, reject) => {
-             document.querySelector(name).addEventListener("answer", e => resolve(e.detail), {once: true});
-             setTimeout(() => reject(new Error(name + " drew no new answer within 15 s")), 15000); }); }""",
-        widget,
+        """([name, until]) => { const wanted = new Function("answer", "return " + until);
+             window.__answer = new Promise((resolve, reject) => {
+               const node = document.querySelector(name);
+               const listen = e => { if (wanted(e.detail)) { node.removeEventListener("answer", listen);
+                                                             resolve(e.detail); } };
+               node.addEventListener("answer", listen);
+               const late = () => reject(new Error(name + " drew no such answer within 15 s"));
+               setTimeout(late, 15000); }); }""",
+        [widget, until],
     )
     action()
     return page.evaluate("window.__answer")
@@ -206,7 +218,7 @@ def test_temperature_zero_makes_the_distribution_one_hot(page: Any, base_url: st
     open_playground(page, base_url)
     slider = page.get_by_role("slider", name="Temperature")
     slider.focus()
-    answer = answered(page, SOFTMAX, lambda: page.keyboard.press("Home"))
+    answer = answered(page, SOFTMAX, lambda: page.keyboard.press("Home"), until="answer.temperature === 0")
     assert answer["temperature"] == 0
     shown = [text.strip() for text in page.locator(f"{SOFTMAX} .probability").all_inner_texts()]
     assert shown == ["1.0000", "0.0000", "0.0000", "0.0000", "0.0000"]
@@ -223,6 +235,48 @@ def test_temperature_zero_makes_the_distribution_one_hot(page: Any, base_url: st
     expected = post(base_url, "/v1/softmax", {"logits": last["logits"], "temperature": 2.0})
     shown = [text.strip() for text in page.locator(f"{SOFTMAX} .probability").all_inner_texts()]
     assert shown == [f"{p:.4f}" for p in expected["probabilities"]]
+
+
+def test_an_answer_to_a_temperature_the_slider_has_left_is_never_drawn(page: Any, base_url: str) -> None:
+    # Deterministic: the page's clock is paused, so the debounced update waits until the test runs it, and
+    # the first answer is held back until the slider has moved on. Once, that answer was drawn (and its
+    # "answer" event fired) for a temperature the slider no longer showed.
+    page.clock.install()
+    open_playground(page, base_url)
+    page.clock.pause_at(page.evaluate("Date.now()") + 1000)
+    page.evaluate(
+        """name => { window.__answers = [];
+             const node = document.querySelector(name);
+             node.addEventListener("answer", e => window.__answers.push(e.detail)); }""",
+        SOFTMAX,
+    )
+    held: list[Any] = []
+
+    def hold(route: Any) -> None:
+        held.append(route)
+
+    page.route("**/v1/softmax", hold)
+    slider = page.get_by_role("slider", name="Temperature")
+    slider.focus()
+    page.keyboard.press("Home")  # temperature 0
+    page.clock.run_for(1000)  # the debounce fires: the request for temperature 0 is sent, and held
+    for _ in range(100):  # bounded: at most 10 s
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert len(held) == 1
+    page.keyboard.press("ArrowRight")  # temperature 0.05; its update waits on the paused clock
+    page.unroute("**/v1/softmax", hold)
+    # The answer for temperature 0 may arrive now, after the slider left it; or the widget aborted that
+    # request when the slider moved (then Playwright refuses to continue it), and it cannot be drawn.
+    with contextlib.suppress(PlaywrightError):
+        held[0].continue_()
+    page.wait_for_timeout(500)  # real time for an answer to reach the page (its own timers are paused)
+    assert page.evaluate("window.__answers") == []
+    answer = answered(page, SOFTMAX, lambda: page.clock.run_for(1000))
+    assert answer["temperature"] == 0.05
+    assert page.evaluate("window.__answers.map(a => a.temperature)") == [0.05]
+    assert page.locator(f"{SOFTMAX} .summary").inner_text().endswith("temperature 0.05")
 
 
 def test_likelihood_perplexity_is_the_services(page: Any, base_url: str, watch: Watch) -> None:

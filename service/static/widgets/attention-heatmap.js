@@ -117,7 +117,7 @@ export class AttentionHeatmap extends ServiceWidget {
         option("upper_left", "upper left (query i sees keys 0…i)"),
       );
       controls.push(this.control("Causal alignment", alignment, { field: "causal_alignment" }));
-      const laterScale = debounce(() => this.update(), 300);
+      const laterScale = this.updateLater(300);
       const scale = h("input", {
         type: "text",
         inputmode: "decimal",
@@ -208,10 +208,11 @@ export class AttentionHeatmap extends ServiceWidget {
         h("button", { type: "button", text: "Random, seeded", onclick: random }),
       ),
     );
-    form.addEventListener(
-      "input",
-      debounce(() => this.applyEditors(form), 400),
-    );
+    const later = debounce(() => this.applyEditors(form), 400);
+    form.addEventListener("input", () => {
+      this.outdate(); // the matrices being typed are the state now, though read only when typing pauses
+      later();
+    });
     return form;
   }
 

@@ -196,8 +196,8 @@ export class ServiceWidget extends HTMLElement {
   }
 
   /**
-   * Asks the service what the state needs and shows the answer. A newer update aborts an older one still
-   * in flight, and only the newest answer is shown; `request()` may instead return a sentence saying why
+   * Asks the service what the state needs and shows the answer. A newer update (or a change of state,
+   * see outdate) aborts an older one still in flight, and only the answer to the newest state is shown; `request()` may instead return a sentence saying why
    * there is nothing to ask, which is shown in place of an answer.
    */
   update() {
@@ -231,6 +231,28 @@ export class ServiceWidget extends HTMLElement {
         this.settle();
       },
     );
+  }
+
+  /**
+   * `() => void` that updates after `ms` without another call (for typing and dragging). Each call outdates
+   * the answer in flight at once: it answers a state the user has already left, so it is dropped, not shown
+   * (shown, it would claim a temperature the slider no longer has, until the debounced update answers).
+   */
+  updateLater(ms) {
+    const later = debounce(() => this.update(), ms);
+    return () => {
+      this.outdate();
+      later();
+    };
+  }
+
+  /** The state changed and its update is yet to come: the answer in flight is for an old state. */
+  outdate() {
+    this.pending?.abort();
+    this.pending = null;
+    this.generation++;
+    this.output.classList.add("stale");
+    this.setAttribute("aria-busy", "true");
   }
 
   /** No request in flight: the widget shows what it will show until the next update. */

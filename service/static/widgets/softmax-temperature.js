@@ -2,7 +2,7 @@
 // and top-p; the probabilities, entropy and argmax are the service's.
 
 import { softmax } from "../client.js";
-import { debounce, formatNumber, h, parseNumbers, ServiceWidget, words } from "./base.js";
+import { formatNumber, h, parseNumbers, ServiceWidget, words } from "./base.js";
 
 const EXAMPLE = {
   tokens: ["mat", "rug", "sofa", "roof", "moon"],
@@ -53,7 +53,7 @@ export class SoftmaxTemperature extends ServiceWidget {
 
   controls() {
     const s = this.state;
-    const later = debounce(() => this.update(), 120);
+    const later = this.updateLater(120);
     const spoken = (t) => (t === 0 ? "temperature 0, greedy" : `temperature ${t}`);
     const shown = h("output", { text: s.temperature.toFixed(2) });
     const slider = h("input", {

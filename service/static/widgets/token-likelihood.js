@@ -2,7 +2,7 @@
 // perplexity from /v1/log-likelihood; the logits are the caller's, or a bigram model's of a short text.
 
 import { logLikelihood } from "../client.js";
-import { debounce, formatNumber, h, readoutFor, ServiceWidget, viridis } from "./base.js";
+import { formatNumber, h, readoutFor, ServiceWidget, viridis } from "./base.js";
 import { bigramLogits, CORPUS, tokenize } from "./bigram.js";
 
 const EXAMPLE = { text: "the cat sat on the rug .", corpus: CORPUS, smoothing: 0.1 };
@@ -45,7 +45,7 @@ export class TokenLikelihood extends ServiceWidget {
 
   controls() {
     if (!this.hasControls || this.state.logits) return [];
-    const later = debounce(() => this.update(), 300);
+    const later = this.updateLater(300);
     const text = h("textarea", {
       rows: 2,
       cols: 48,
