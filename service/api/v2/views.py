@@ -8,12 +8,14 @@ the codec differs. Errors are the /v1 problem documents plus the protocol's ``er
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import flask_smorest
 from flask import Response, request
 from marshmallow import ValidationError
+from werkzeug.exceptions import NotFound
 
 from service.api.meta import self_check
 from service.api.v2.models import BINARY_DATA_OUTPUT, MODELS, VERSION, Model, OutputSpec, Request
@@ -44,7 +46,12 @@ from service.web.api_keys import SECURITY_REQUIREMENT
 from service.web.json_provider import dumps_bytes
 from service.web.limits import admit_work
 from service.web.parsing import read_body
-from service.web.problems import Problem, problem_from_validation_messages
+from service.web.problems import (
+    Problem,
+    problem_from_http_exception,
+    problem_from_validation_messages,
+    problem_response,
+)
 from service.web.spec import API_VERSION
 from service.web.statuses import status_name
 
@@ -81,6 +88,27 @@ def server_ready() -> dict[str, bool]:
     """Readiness (as /readyz: a tiny attention computation succeeds and is right)."""
     self_check()
     return {"ready": True}
+
+
+_MODEL_PATH = re.compile(r"/v2/models/(?P<model>[^/]*)(?:/versions/(?P<version>[^/]*))?(?:/.*)?")
+
+
+@blp.app_errorhandler(NotFound)
+def not_found(error: NotFound) -> Response:
+    """A 404 under /v2/models names the unknown model or version, as tritonclient shows it; else the usual."""
+    match = _MODEL_PATH.fullmatch(request.path)
+    if match is None:
+        return problem_response(problem_from_http_exception(error))
+    name, version = match["model"], match["version"]
+    if name not in MODELS:
+        field = "model"
+        detail = f"There is no model {name[:60]!r}; the models are {', '.join(MODELS)}."
+    elif version is not None and version != VERSION:
+        field = "version"
+        detail = f"Model {name!r} has no version {version[:20]!r}; its only version is {VERSION}."
+    else:
+        return problem_response(problem_from_http_exception(error))
+    return problem_response(Problem(404, detail, errors={field: [detail]}))
 
 
 def _register(model: Model, prefix: str, suffix: str) -> None:

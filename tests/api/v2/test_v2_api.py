@@ -144,11 +144,29 @@ def test_model_metadata_and_readiness(
     assert client.get(f"/v2/models/{model}{prefix}/ready").get_json() == {"name": model, "ready": True}
 
 
-def test_unknown_models_and_versions_are_404_with_the_error_member(client: FlaskClient) -> None:
-    for path in ("/v2/models/gpt", "/v2/models/attention/versions/2", "/v2/models/gpt/infer"):
-        response = client.get(path) if not path.endswith("infer") else client.post(path, json={})
-        problem = assert_problem(response, 404)
-        assert problem["error"] == problem["detail"]
+@pytest.mark.parametrize(
+    ("path", "field", "says"),
+    [
+        ("/v2/models/gpt", "model", "'gpt'; the models are attention, softmax, log-likelihood"),
+        ("/v2/models/gpt/infer", "model", "'gpt'"),
+        ("/v2/models/soft%20max/ready", "model", "'soft max'"),
+        ("/v2/models/attention/versions/2", "version", "no version '2'; its only version is 1"),
+        ("/v2/models/softmax/versions/2/infer", "version", "'2'"),
+        ("/v2/models/softmax/nothing", None, "not found"),
+    ],
+)
+def test_unknown_models_and_versions_are_404_naming_them_with_the_error_member(
+    client: FlaskClient, path: str, field: str | None, says: str
+) -> None:
+    response = client.post(path, json={}) if path.endswith("infer") else client.get(path)
+    problem = assert_problem(response, 404, field=field, says=says)
+    assert problem["error"] == problem["detail"]
+
+
+def test_a_404_outside_v2_is_unchanged(client: FlaskClient) -> None:
+    problem = assert_problem(client.get("/v1/models/gpt"), 404)
+    assert "error" not in problem
+    assert "errors" not in problem
 
 
 # ---- the same answers as /v1 ----
