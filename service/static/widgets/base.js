@@ -197,8 +197,8 @@ export class ServiceWidget extends HTMLElement {
 
   /**
    * Asks the service what the state needs and shows the answer. A newer update (or a change of state,
-   * see outdate) aborts an older one still in flight, and only the answer to the newest state is shown; `request()` may instead return a sentence saying why
-   * there is nothing to ask, which is shown in place of an answer.
+   * see outdate) aborts an older one still in flight, and only the answer to the newest state is shown;
+   * `request()` may instead return a sentence saying why there is nothing to ask, shown in its place.
    */
   update() {
     const ask = this.request();
