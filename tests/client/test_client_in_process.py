@@ -56,6 +56,20 @@ def test_integer_masks_must_be_zero_or_one() -> None:
             service.softmax([1.0, 2.0], mask=[2, 0])
 
 
+def test_arrays_the_casts_would_change_are_refused_before_sending() -> None:
+    # Once, complex logits lost their imaginary parts and uint64 targets beyond int64 wrapped to negative
+    # ids, both silently.
+    with client_for() as service:
+        with pytest.raises(ValueError, match="logits must be real numbers, got complex128"):
+            service.softmax(np.array([1 + 2j, 3 + 0j]))
+        with pytest.raises(ValueError, match="logits must be real numbers, got bool"):
+            service.softmax(np.array([True, False]))
+        with pytest.raises(ValueError, match=f"targets holds {2**63}, beyond INT64"):
+            service.log_likelihood([[1.0, 2.0]], np.array([2**63], dtype=np.uint64))
+        scored = service.log_likelihood([[1.0, 2.0]], np.array([1], dtype=np.uint64))
+    assert scored.token_logprobs.tolist() == pytest.approx([-np.log1p(np.exp(-1.0))], rel=1e-12)
+
+
 def test_refusals_are_api_errors_with_the_fields() -> None:
     with client_for() as service, pytest.raises(ApiError) as refused:
         service.softmax([1.0, 2.0], top_p=1.5)

@@ -28,8 +28,14 @@ _DTYPES: dict[str, np.dtype[Any]] = {
 
 
 def float_tensor(name: str, values: ArrayLike) -> tuple[str, NDArray[Any], str]:
-    """A float32 array travels as FP32 (and is answered in float32); anything else as FP64."""
+    """A float32 array travels as FP32 (and is answered in float32); other real numbers as FP64.
+
+    Complex numbers (whose imaginary part the cast would drop), booleans and text are refused here, as the
+    service refuses them in JSON.
+    """
     array = np.asarray(values)
+    if array.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be real numbers, got {array.dtype}")
     if array.dtype == np.float32:
         return name, array, "FP32"
     return name, np.asarray(array, dtype=np.float64), "FP64"
@@ -51,6 +57,8 @@ def int_tensor(name: str, values: ArrayLike) -> tuple[str, NDArray[Any], str]:
         raise ValueError(f"{name} must be integers, got {array.dtype}")
     if array.dtype == np.int32:
         return name, array, "INT32"
+    if array.dtype == np.uint64 and array.size and int(array.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} holds {int(array.max())}, beyond INT64")  # the cast would wrap it
     return name, np.asarray(array, dtype=np.int64), "INT64"
 
 
