@@ -178,9 +178,14 @@ def refuse_many_unknown_fields(data: Mapping[str, Any], schema: ma.Schema) -> No
 
 
 def _unknown_field_message(name: str, allowed: list[str]) -> str:
+    return f"Unknown field.{did_you_mean(name, allowed)} Allowed fields: {', '.join(sorted(allowed))}."
+
+
+def did_you_mean(name: str, allowed: list[str]) -> str:
+    """`` Did you mean 'x'?`` for the allowed name closest to a misspelt ``name``, or ``""``: one wording for
+    unknown fields, tensors and outputs alike."""
     close = difflib.get_close_matches(name, allowed, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"Unknown field.{hint} Allowed fields: {', '.join(sorted(allowed))}."
+    return f" Did you mean {close[0]!r}?" if close else ""
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -9,7 +9,6 @@ an array is made, so a lying header is a 400, never a read past the body.
 
 from __future__ import annotations
 
-import difflib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from marshmallow import ValidationError
 
 from service.requests import MAX_RANK, ArrayKind
 from service.web.arrays import Array
-from service.web.problems import Problem
+from service.web.problems import Problem, did_you_mean
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 
@@ -134,7 +133,9 @@ def decode_inputs(
         if not isinstance(name, str):
             raise malformed(f"{where} needs a name.", field=where)
         if name not in specs:
-            raise invalid(_unknown("input tensor", name, list(specs)), field=name)
+            detail = f"Unknown input tensor {name[:60]!r}.{did_you_mean(name, list(specs))}"
+            # The field is the client's name cut short: a megabyte of name is not echoed three times.
+            raise invalid(f"{detail} This model's inputs are: {', '.join(specs)}.", field=name[:60])
         if name in arrays:
             raise invalid("this input tensor is given twice.", field=name)
         datatype, dtype = _datatype(tensor.get("datatype"), specs[name], name)
@@ -165,12 +166,6 @@ def decode_inputs(
             f"this required input tensor is missing (inputs are {', '.join(specs)}).", field=missing[0]
         )
     return arrays
-
-
-def _unknown(what: str, name: str, allowed: list[str]) -> str:
-    close = difflib.get_close_matches(name, allowed, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    return f"Unknown {what} {name[:60]!r}.{hint} This model's are: {', '.join(allowed)}."
 
 
 def _datatype(datatype: object, spec: InputSpec, name: str) -> tuple[str, np.dtype[Any]]:

@@ -48,6 +48,7 @@ from service.web.limits import admit_work
 from service.web.parsing import read_body
 from service.web.problems import (
     Problem,
+    did_you_mean,
     problem_from_http_exception,
     problem_from_validation_messages,
     problem_response,
@@ -260,9 +261,10 @@ def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -
             raise malformed(f"outputs[{position}] must be an object with a name.", field="outputs")
         name = output["name"]
         if name not in model.outputs:
+            hint = did_you_mean(name, list(model.outputs))
             allowed = ", ".join(model.outputs)
             raise invalid(
-                f"unknown output {name[:60]!r}; this model's outputs are: {allowed}.", field="outputs"
+                f"unknown output {name[:60]!r}.{hint} This model's outputs are: {allowed}.", field="outputs"
             )
         if name in requested:
             raise invalid(f"output {name!r} is named twice.", field="outputs")

@@ -516,6 +516,23 @@ def test_int32_json_targets_outside_int32_are_refused_not_wrapped(client: FlaskC
     assert_problem(response, 422, field="targets", says=f"{target}, outside the range of INT32")
 
 
+def test_misspelt_inputs_and_outputs_get_a_suggestion_and_a_long_name_is_cut_short(
+    client: FlaskClient,
+) -> None:
+    logits = json_tensor("logits", np.array([1.0, 2.0]), "FP64")
+    response = client.post(
+        "/v2/models/softmax/infer", json={"inputs": [logits], "outputs": [{"name": "probabilites"}]}
+    )
+    assert_problem(response, 422, field="outputs", says="Did you mean 'probabilities'?")
+    response = client.post("/v2/models/softmax/infer", json={"inputs": [{**logits, "name": "logit"}]})
+    says = "Did you mean 'logits'? This model's inputs are: logits"
+    assert_problem(response, 422, field="logit", says=says)
+    long_name = "x" * 100_000
+    response = client.post("/v2/models/softmax/infer", json={"inputs": [{**logits, "name": long_name}]})
+    assert_problem(response, 422, field="x" * 60)
+    assert len(response.get_data()) < 2_000
+
+
 def test_top_outputs_need_top_logprobs(client: FlaskClient) -> None:
     inputs = [
         json_tensor("logits", np.array([[1.0, 2.0]]), "FP64"),
