@@ -17,6 +17,7 @@ from werkzeug.routing import RequestRedirect
 from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
 from service.web.json_provider import dumps_bytes
 from service.web.request_id import current_request_id
+from service.web.schemas import ResponseSchema
 from service.web.statuses import status_phrase
 
 PROBLEM_MIMETYPE = "application/problem+json"
@@ -49,7 +50,7 @@ class Problem(Exception):
         self.headers = dict(headers or {})
 
 
-class ProblemSchema(ma.Schema):
+class ProblemSchema(ResponseSchema):
     """RFC 9457 problem details (documentation only: responses are built by :func:`problem_response`)."""
 
     type = ma.fields.String(required=True, metadata={"description": "URI identifying the problem type."})

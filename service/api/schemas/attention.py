@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, get_args
 
-from marshmallow import Schema, fields, post_load, validate
+from marshmallow import fields, post_load, validate
 
 from service.api.schemas.common import IncludeList, one_of, precision_field, within
 from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy, RotaryStyle
 from service.requests import AttentionOutput, AttentionRequest
 from service.web.arrays import Array
 from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
+from service.web.schemas import RequestSchema, ResponseSchema
 
 ATTENTION_INCLUDES = get_args(AttentionOutput)
 ARRAYS = AttentionRequest.ARRAYS
 
 
-class AttentionOptionsSchema(Schema):
+class AttentionOptionsSchema(RequestSchema):
     """The options of one attention: /v1/attention's, and per head /v1/multi-head-attention's."""
 
     causal = StrictBoolean(load_default=False, metadata={"description": "Hide future keys."})
@@ -116,7 +117,7 @@ class AttentionRequestSchema(AttentionOptionsSchema):
         return AttentionRequest(**data)
 
 
-class RotarySchema(Schema):
+class RotarySchema(RequestSchema):
     base = StrictFloat(
         validate=validate.Range(min=0, min_inclusive=False),
         metadata={"description": "Frequencies base^(-2i/dim); default 10000.", "exclusiveMinimum": 0},
@@ -145,7 +146,7 @@ class IndexRows(fields.List[Any]):
         return value
 
 
-class AttentionResponseSchema(Schema):
+class AttentionResponseSchema(ResponseSchema):
     output = Array(
         min_rank=1, required=True, metadata={"description": "Weighted mix of the values, [..., n, d_v]."}
     )

@@ -5,16 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from marshmallow import Schema, fields, post_load
+from marshmallow import fields, post_load
 
 from service.api.schemas.common import precision_field, within
 from service.kernels import LikelihoodResult
 from service.requests import LikelihoodRequest
 from service.web.arrays import Array
 from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
+from service.web.schemas import RequestSchema, ResponseSchema
 
 
-class LikelihoodRequestSchema(Schema):
+class LikelihoodRequestSchema(RequestSchema):
     logits = Array.of(
         LikelihoodRequest.ARRAYS["logits"],
         required=True,
@@ -33,7 +34,7 @@ class LikelihoodRequestSchema(Schema):
     temperature = StrictFloat(
         load_default=1.0,
         validate=within(LikelihoodRequest.TEMPERATURE),
-        metadata={"description": "Divides the logits before scoring.", "exclusiveMinimum": 0},
+        metadata={"description": "Divides the logits before scoring."},
     )
     top_logprobs = StrictInteger(
         load_default=0,
@@ -56,7 +57,6 @@ _TOP_LOGPROB = {
         "logprob": {"type": ["number", "null"]},
     },
     "required": ["token", "logprob"],
-    "additionalProperties": False,
 }
 
 
@@ -70,7 +70,7 @@ def _top_logprobs_schema(*, min_rank: int, max_rank: int) -> dict[str, Any]:
     return {"anyOf": variants}
 
 
-class LikelihoodResponseSchema(Schema):
+class LikelihoodResponseSchema(ResponseSchema):
     token_logprobs = Array(
         nullable=True,
         required=True,

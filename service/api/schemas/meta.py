@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-from marshmallow import Schema, fields
+from marshmallow import fields
+
+from service.web.schemas import ResponseSchema
 
 
-class HealthSchema(Schema):
+class HealthSchema(ResponseSchema):
     status = fields.String(required=True, metadata={"example": "ok"})
 
 
-class EndpointSchema(Schema):
+class EndpointSchema(ResponseSchema):
     method = fields.String(required=True)
     path = fields.String(required=True)
     summary = fields.String(required=True)
 
 
-class IndexSchema(Schema):
+class IndexSchema(ResponseSchema):
     name = fields.String(required=True)
     version = fields.String(required=True)
     endpoints = fields.List(fields.Nested(EndpointSchema), required=True)

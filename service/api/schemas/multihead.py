@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from marshmallow import Schema, fields, post_load, validate
+from marshmallow import fields, post_load, validate
 
 from service.api.schemas.attention import AttentionOptionsSchema, IndexRows
 from service.api.schemas.common import IncludeList
@@ -13,6 +13,7 @@ from service.kernels import MultiHeadResult
 from service.requests import MultiHeadOutput, MultiHeadRequest
 from service.web.arrays import Array
 from service.web.fields import StrictInteger
+from service.web.schemas import ResponseSchema
 
 ARRAYS = MultiHeadRequest.ARRAYS
 
@@ -72,7 +73,7 @@ def _result_array(description: str, **kwargs: Any) -> Array:
     return Array(min_rank=1, metadata={"description": description}, **kwargs)
 
 
-class MultiHeadResponseSchema(Schema):
+class MultiHeadResponseSchema(ResponseSchema):
     output = _result_array("The layer's output, [..., n, d_out].", required=True)
     weights = _result_array("Per-head attention weights, [..., H_q, n, m].")
     scores = _result_array("Per-head scores, [..., H_q, n, m]; hidden entries are null.", nullable=True)

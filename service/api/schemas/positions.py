@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from marshmallow import Schema, fields, post_load, validate
+from marshmallow import fields, post_load, validate
 
 from service.api.schemas.common import IncludeList, one_of, precision_field, within
 from service.kernels import RotaryStyle
@@ -13,11 +13,12 @@ from service.requests import PositionalEncodingRequest, PositionalOutput
 from service.requests._positions import EncodingKind, PositionalEncodingResult
 from service.web.arrays import Array
 from service.web.fields import StrictFloat, StrictInteger
+from service.web.schemas import RequestSchema, ResponseSchema
 
 ARRAYS = PositionalEncodingRequest.ARRAYS
 
 
-class PositionalEncodingRequestSchema(Schema):
+class PositionalEncodingRequestSchema(RequestSchema):
     kind = fields.String(
         required=True,
         validate=one_of(EncodingKind),
@@ -69,7 +70,7 @@ class PositionalEncodingRequestSchema(Schema):
         return PositionalEncodingRequest(**data)
 
 
-class PositionalEncodingResponseSchema(Schema):
+class PositionalEncodingResponseSchema(ResponseSchema):
     encoding = Array(min_rank=2, metadata={"description": "sinusoidal: the table, [n, d_model]."})
     output = Array(min_rank=2, metadata={"description": "rotary: x rotated, [..., n, d]."})
     cos = Array(min_rank=2, metadata={"description": "rotary: cos of the angles, [n, dim / 2]."})

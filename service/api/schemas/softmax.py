@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from marshmallow import Schema, fields, post_load
+from marshmallow import fields, post_load
 
 from service.api.schemas.common import IncludeList, precision_field, within
 from service.kernels import SoftmaxResult
 from service.requests import SoftmaxOutput, SoftmaxRequest
 from service.web.arrays import Array
 from service.web.fields import StrictFloat, StrictInteger
+from service.web.schemas import RequestSchema, ResponseSchema
 
 
-class SoftmaxRequestSchema(Schema):
+class SoftmaxRequestSchema(RequestSchema):
     logits = Array.of(
         SoftmaxRequest.ARRAYS["logits"],
         required=True,
@@ -38,7 +39,6 @@ class SoftmaxRequestSchema(Schema):
         metadata={
             "description": "Keep the smallest set of most probable entries whose probability sums to "
             "at least p (never fewer than one), after temperature and top_k.",
-            "exclusiveMinimum": 0,
         },
     )
     include = IncludeList(SoftmaxOutput, default=[], metadata={"description": "Extra arrays to return."})
@@ -50,7 +50,7 @@ class SoftmaxRequestSchema(Schema):
         return SoftmaxRequest(**data)
 
 
-class SoftmaxResponseSchema(Schema):
+class SoftmaxResponseSchema(ResponseSchema):
     probabilities = Array(required=True, metadata={"description": "Same shape as the logits; rows sum to 1."})
     log_probabilities = Array(
         nullable=True, metadata={"description": "Natural-log probabilities; null where the probability is 0."}

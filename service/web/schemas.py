@@ -1,0 +1,34 @@
+"""The two kinds of body schema, and the rule each states once for every endpoint.
+
+- A **request** refuses fields it does not know, and treats an optional field sent as ``null`` as absent,
+  so its default applies: clients generated from the contract (pydantic models, openapi-python-client)
+  send ``null`` for every field left unset. A required field sent as ``null`` is still refused, naming it.
+- A **response** may gain fields in later versions (the README's compatibility policy), so the contract
+  does not forbid members it does not list; clients ignore the ones they do not know (RFC 9457 §3.2 for
+  problem details).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import EXCLUDE, Schema, pre_load
+
+
+class RequestSchema(Schema):
+    """A request body: unknown fields are refused, and ``null`` for an optional field means "absent"."""
+
+    @pre_load
+    def _null_means_absent(self, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(data, dict):
+            return data  # marshmallow refuses a body that is not an object, naming it
+        optional = {field.data_key or name for name, field in self.load_fields.items() if not field.required}
+        return {name: value for name, value in data.items() if value is not None or name not in optional}
+
+
+class ResponseSchema(Schema):
+    """A response body: documented as open to members it does not list (apispec omits
+    ``additionalProperties: false`` for ``unknown = EXCLUDE``; responses are only ever dumped)."""
+
+    class Meta:
+        unknown = EXCLUDE
