@@ -15,6 +15,7 @@ blp = Blueprint("attention", __name__, url_prefix="/v1", description="Masked sca
 
 
 @blp.route("/attention", methods=["POST"])
+@blp.doc(operationId="attention")
 @blp.arguments(AttentionRequestSchema(), example=ATTENTION_EXAMPLE_REQUEST)
 @blp.response(200, AttentionResponseSchema, example=ATTENTION_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)

@@ -19,6 +19,7 @@ blp = Blueprint("likelihood", __name__, url_prefix="/v1", description="Log-likel
 
 
 @blp.route("/log-likelihood", methods=["POST"])
+@blp.doc(operationId="logLikelihood")
 @blp.arguments(LikelihoodRequestSchema(), example=LIKELIHOOD_EXAMPLE_REQUEST)
 @blp.response(200, LikelihoodResponseSchema, example=LIKELIHOOD_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)

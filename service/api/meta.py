@@ -36,6 +36,7 @@ def _alive() -> dict[str, str]:
 
 
 @blp.route("/livez", methods=["GET"])
+@blp.doc(operationId="livez")
 @blp.response(200, HealthSchema)
 def livez() -> dict[str, str]:
     """Liveness: the process is up and answering (restart it when this fails)."""
@@ -43,6 +44,7 @@ def livez() -> dict[str, str]:
 
 
 @blp.route("/healthz", methods=["GET"])
+@blp.doc(operationId="healthz")
 @blp.response(200, HealthSchema)
 def healthz() -> dict[str, str]:
     """Liveness, the older name: the same as /livez."""
@@ -50,6 +52,7 @@ def healthz() -> dict[str, str]:
 
 
 @blp.route("/readyz", methods=["GET"])
+@blp.doc(operationId="readyz")
 @blp.response(200, HealthSchema)
 @blp.alt_response(503, status_name(503))
 def readyz() -> dict[str, str]:
@@ -66,6 +69,7 @@ def self_check() -> None:
 
 
 @blp.route("/metrics", methods=["GET"])
+@blp.doc(operationId="metrics")
 @blp.doc(
     responses={
         "200": {
@@ -81,6 +85,7 @@ def metrics() -> Response:
 
 
 @blp.route("/openapi.yaml", methods=["GET"])
+@blp.doc(operationId="openapiYaml")
 @blp.doc(responses={"200": {"description": "This contract.", "content": {YAML_MIMETYPE: {"schema": {}}}}})
 def openapi_yaml() -> Response:
     """The OpenAPI 3.1 contract as YAML, byte for byte the committed openapi.yaml."""
@@ -88,6 +93,7 @@ def openapi_yaml() -> Response:
 
 
 @blp.route("/openapi.json", methods=["GET"])
+@blp.doc(operationId="openapiJson")
 @blp.doc(
     responses={"200": {"description": "This contract.", "content": {"application/json": {"schema": {}}}}}
 )
@@ -97,6 +103,7 @@ def openapi_json() -> Response:
 
 
 @blp.route("/", methods=["GET"])
+@blp.doc(operationId="index")
 @blp.response(200, IndexSchema)
 @blp.doc(
     responses={

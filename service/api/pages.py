@@ -109,6 +109,7 @@ def _send_asset(directory: Path, filename: str, *, max_age: int) -> Response:
 
 
 @blp.route("/static/<path:filename>", methods=["GET"])
+@blp.doc(operationId="staticFile")
 @blp.doc(
     summary="The playground's files: widgets.js (the widgets), client.js (the JS client), the page's styles.",
     responses={"200": _content("The file.", *dict.fromkeys(CONTENT_TYPES.values())), "304": NOT_MODIFIED},
@@ -119,6 +120,7 @@ def static_file(filename: str) -> Response:
 
 
 @blp.route("/static/widgets/<filename>", methods=["GET"])
+@blp.doc(operationId="widgetFile")
 @blp.doc(
     summary="The widgets' ES modules, which widgets.js imports: one per widget, base.js and bigram.js.",
     responses={"200": _content("The module.", "text/javascript"), "304": NOT_MODIFIED},
@@ -129,6 +131,7 @@ def widget_module(filename: str) -> Response:
 
 
 @blp.route("/docs", methods=["GET"])
+@blp.doc(operationId="docs")
 @blp.doc(responses={"200": _content("Swagger UI for this contract.", "text/html")})
 def docs() -> Response:
     """Interactive documentation of this contract (Swagger UI, served from this service)."""
@@ -139,6 +142,7 @@ def docs() -> Response:
 
 
 @blp.route("/docs/swagger-ui/<version>/<filename>", methods=["GET"])
+@blp.doc(operationId="swaggerUiFile")
 @blp.doc(
     summary="Swagger UI's files, at the pinned version.",
     responses={"200": _content("The file.", "text/javascript", "text/css", "image/png"), "304": NOT_MODIFIED},

@@ -17,6 +17,7 @@ blp = Blueprint(
 
 
 @blp.route("/softmax", methods=["POST"])
+@blp.doc(operationId="softmax")
 @blp.arguments(SoftmaxRequestSchema(), example=SOFTMAX_EXAMPLE_REQUEST)
 @blp.response(200, SoftmaxResponseSchema, example=SOFTMAX_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)

@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import flask_smorest
+import yaml
+from apispec import BasePlugin
 from flask_smorest.utils import prepare_response
-from marshmallow import fields
+from marshmallow import fields, validate
 
+from service.web.api_keys import SECURITY_REQUIREMENT, is_protected
 from service.web.arrays import Array, array_json_schema
-from service.web.problems import PROBLEM_MIMETYPE, ProblemSchema
+from service.web.problems import PROBLEM_MIMETYPE, PROBLEM_TYPE_BASE, ProblemSchema
+from service.web.schemas import RequestSchema
 from service.web.statuses import STATUSES
 
 API_TITLE = "Attention service"
@@ -26,6 +30,48 @@ SPEC_CONFIG: dict[str, Any] = {
     "OPENAPI_VERSION": "3.1.0",
     "API_SPEC_OPTIONS": {
         "info": {"description": API_DESCRIPTION, "license": {"name": "MIT", "identifier": "MIT"}},
+        # Relative: the API is wherever this document is served from (clients set their base URL).
+        "servers": [{"url": "/", "description": "The service that serves this contract."}],
+        # The computations (/v1/*, /v2 infer) take an optional key (nothing, or a bearer key); the other
+        # operations state that they never need one (security: []). Stated here, not on each computation:
+        # generators such as openapi-python-client read an operation's own security as "a key is required".
+        "security": SECURITY_REQUIREMENT,
+    },
+}
+
+_ALLOWED_FIELDS = "include, logits, mask, precision, temperature, top_k, top_p"
+# Real answers of this service (tests/test_contract.py replays the requests), shown with the shared error
+# responses. The request ids are examples: each answer carries its own.
+PROBLEM_EXAMPLES: dict[int, dict[str, dict[str, Any]]] = {
+    422: {
+        "unknownField": {
+            "summary": 'POST /v1/softmax with a misspelt field: {"logits": [1.0, 2.0], "temprature": 0.5}',
+            "value": {
+                "type": PROBLEM_TYPE_BASE + "validation-error",
+                "title": "Invalid request",
+                "status": 422,
+                "detail": "The request is invalid. temprature: Unknown field. Did you mean 'temperature'? "
+                f"Allowed fields: {_ALLOWED_FIELDS}.",
+                "errors": {
+                    "temprature": [
+                        f"Unknown field. Did you mean 'temperature'? Allowed fields: {_ALLOWED_FIELDS}."
+                    ]
+                },
+                "request_id": "35d9937afd144523bac506c9303612b2",
+            },
+        }
+    },
+    413: {
+        "bodyTooLarge": {
+            "summary": "A body over MAX_BODY_BYTES (16 MiB by default)",
+            "value": {
+                "type": PROBLEM_TYPE_BASE + "body-too-large",
+                "title": "Content Too Large",
+                "status": 413,
+                "detail": "The request body is larger than the limit of 16,777,216 bytes (MAX_BODY_BYTES).",
+                "request_id": "7e0630c4bed04131ad613a14e4cf71e0",
+            },
+        }
     },
 }
 
@@ -37,17 +83,34 @@ class Api(flask_smorest.Api):  # type: ignore[misc]
 
     def _register_responses(self) -> None:
         # Named from our own table, not http.HTTPStatus, whose names depend on the Python version.
-        for name, phrase in STATUSES.values():
+        for status, (name, phrase) in STATUSES.items():
             response = {"description": phrase, "schema": self.ERROR_SCHEMA}
+            if status in PROBLEM_EXAMPLES:
+                response["examples"] = PROBLEM_EXAMPLES[status]
             prepare_response(response, self.spec, PROBLEM_MIMETYPE)
             self.spec.components.response(name, response, lazy=True)
         response = {"description": "Any other error", "schema": self.ERROR_SCHEMA}
         prepare_response(response, self.spec, PROBLEM_MIMETYPE)
         self.spec.components.response(self.DEFAULT_ERROR_RESPONSE_NAME, response, lazy=True)
 
+    def _register_pagination_header(self) -> None:
+        """Nothing here is paginated: no pagination header, and no unused PaginationMetadata schema."""
+
     def _init_spec(self, **kwargs: Any) -> None:
-        super()._init_spec(**kwargs)
-        self.ma_plugin.converter.add_attribute_function(_array_attributes)
+        super()._init_spec(extra_plugins=[_WhoNeedsAKey()], **kwargs)
+        for attributes in (_array_attributes, _one_bound_per_side, _optional_request_fields_accept_null):
+            self.ma_plugin.converter.add_attribute_function(attributes)
+
+
+class _WhoNeedsAKey(BasePlugin):
+    """Operations that are not computations never need a key (api_keys.is_protected): they say so,
+    overriding the document's optional-key requirement."""
+
+    def operation_helper(self, path: str | None = None, operations: Any = None, **kwargs: Any) -> None:
+        if path is not None and is_protected(path):
+            return
+        for operation in (operations or {}).values():
+            operation.setdefault("security", [])
 
 
 def _array_attributes(self: Any, field: fields.Field[Any], **kwargs: Any) -> dict[str, Any]:
@@ -62,7 +125,47 @@ def _array_attributes(self: Any, field: fields.Field[Any], **kwargs: Any) -> dic
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+def _one_bound_per_side(
+    self: Any, field: fields.Field[Any], ret: dict[str, Any], **kwargs: Any
+) -> dict[str, Any]:
+    """An exclusive bound is ``exclusiveMinimum``/``exclusiveMaximum`` alone (JSON Schema 2020-12), not also
+    a ``minimum``/``maximum`` (apispec writes those for every Range)."""
+    for validator in field.validators:
+        if isinstance(validator, validate.Range):
+            if validator.min is not None and not validator.min_inclusive:
+                ret["exclusiveMinimum"] = ret.pop("minimum", validator.min)
+            if validator.max is not None and not validator.max_inclusive:
+                ret["exclusiveMaximum"] = ret.pop("maximum", validator.max)
+    return {}
+
+
+def _optional_request_fields_accept_null(
+    self: Any, field: fields.Field[Any], ret: dict[str, Any], **kwargs: Any
+) -> dict[str, Any]:
+    """An optional request field also admits ``null`` (RequestSchema reads it as absent)."""
+    if field.required or not isinstance(field.parent, RequestSchema):
+        return {}
+    if "$ref" in ret:  # an array component: either it or null
+        return {"anyOf": [{"$ref": ret.pop("$ref")}, {"type": "null"}]}
+    if "enum" in ret:  # one of the names, or null (generators read a null inside the enum less well)
+        return {"anyOf": [{"type": ret.pop("type"), "enum": ret.pop("enum")}, {"type": "null"}]}
+    if "type" in ret and "null" not in ret["type"]:
+        types = ret["type"] if isinstance(ret["type"], list) else [ret["type"]]
+        ret["type"] = [*types, "null"]
+    return {}
+
+
+class _NoAliasDumper(yaml.SafeDumper):
+    """Writes a repeated sub-schema out again rather than as a YAML anchor (``&id001``): tools and
+    people reading the file see plain YAML."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def spec_yaml(api: Api) -> str:
     """The contract as YAML, exactly as committed in ``openapi.yaml``."""
-    text: str = api.spec.to_yaml({"sort_keys": False, "allow_unicode": True, "width": 100})
+    text: str = api.spec.to_yaml(
+        {"sort_keys": False, "allow_unicode": True, "width": 100, "Dumper": _NoAliasDumper}
+    )
     return text

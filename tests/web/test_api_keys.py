@@ -10,7 +10,7 @@ from flask.testing import FlaskClient
 from service import create_app
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from service.settings import Settings
-from service.web.api_keys import SECURITY_SCHEME, key_is_valid
+from service.web.api_keys import SECURITY_SCHEME, is_protected, key_is_valid
 from tests.conftest import ContractCheckingClient
 from tests.problems import assert_problem
 
@@ -117,12 +117,15 @@ def test_the_contract_declares_the_bearer_scheme_on_the_computations_only() -> N
 
     spec = yaml.safe_load(CONTRACT_PATH.read_text())
     assert spec["components"]["securitySchemes"]["bearerAuth"] == SECURITY_SCHEME
+    assert spec["security"] == [{}, {"bearerAuth": []}]
     assert SECURITY_SCHEME["type"] == "http"
     assert SECURITY_SCHEME["scheme"] == "bearer"
     for path, operations in spec["paths"].items():
-        for operation in operations.values():
-            if path.startswith("/v1/") or (path.startswith("/v2/") and path.endswith("/infer")):
-                assert {"bearerAuth": []} in operation["security"]
+        for method, operation in operations.items():
+            if method == "parameters":  # shared by the path's operations, not one of them
+                continue
+            if is_protected(path):
+                assert "security" not in operation  # the document's: no key, or a bearer key
                 assert "401" in operation["responses"]
             else:
-                assert "security" not in operation
+                assert operation["security"] == []  # stated: these never need a key

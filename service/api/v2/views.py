@@ -42,7 +42,6 @@ from service.api.v2.tensors import (
     parse_header,
     split_body,
 )
-from service.web.api_keys import SECURITY_REQUIREMENT
 from service.web.json_provider import dumps_bytes
 from service.web.limits import admit_work
 from service.web.parsing import read_body
@@ -69,6 +68,7 @@ INFER_ERRORS = (400, 401, 413, 415, 422)
 
 
 @blp.route("", methods=["GET"])
+@blp.doc(operationId="serverMetadata")
 @blp.response(200, ServerMetadataSchema)
 def server_metadata() -> dict[str, Any]:
     """Server metadata: name, version and the protocol extensions supported."""
@@ -76,6 +76,7 @@ def server_metadata() -> dict[str, Any]:
 
 
 @blp.route("/health/live", methods=["GET"])
+@blp.doc(operationId="serverLive")
 @blp.response(200, LiveSchema)
 def server_live() -> dict[str, bool]:
     """Liveness (as /livez)."""
@@ -83,6 +84,7 @@ def server_live() -> dict[str, bool]:
 
 
 @blp.route("/health/ready", methods=["GET"])
+@blp.doc(operationId="serverReady")
 @blp.response(200, ReadySchema)
 @blp.alt_response(503, status_name(503))
 def server_ready() -> dict[str, bool]:
@@ -135,13 +137,17 @@ def _register(model: Model, prefix: str, suffix: str) -> None:
         f"{model.description} Parameters are the /v1 options, with the same names, defaults and rules."
     )
     blp.route(prefix, methods=["GET"], endpoint=f"{label}_metadata")(
-        blp.response(200, ModelMetadataSchema)(metadata)
+        blp.doc(operationId=_operation_id(label, "metadata"))(
+            blp.response(200, ModelMetadataSchema)(metadata)
+        )
     )
     blp.route(f"{prefix}/ready", methods=["GET"], endpoint=f"{label}_ready")(
-        blp.alt_response(503, status_name(503))(blp.response(200, ModelReadySchema)(ready))
+        blp.doc(operationId=_operation_id(label, "ready"))(
+            blp.alt_response(503, status_name(503))(blp.response(200, ModelReadySchema)(ready))
+        )
     )
     documented: Callable[..., Any] = blp.doc(
-        security=SECURITY_REQUIREMENT,
+        operationId=_operation_id(label, "infer"),
         parameters=[{"in": "header", "name": HEADER_LENGTH, "required": False, **HEADER_LENGTH_DOC}],
         requestBody={
             "required": True,
@@ -164,6 +170,13 @@ def _register(model: Model, prefix: str, suffix: str) -> None:
     for status in INFER_ERRORS:
         documented = blp.alt_response(status, status_name(status))(documented)
     blp.route(f"{prefix}/infer", methods=["POST"], endpoint=f"{label}_infer")(documented)
+
+
+def _operation_id(label: str, operation: str) -> str:
+    """``log_likelihood_versioned``, ``infer`` → ``logLikelihoodInferVersioned``: the JS client's style."""
+    model, versioned, _ = label.partition("_versioned")
+    words = [*model.split("_"), operation, *(["versioned"] if versioned else [])]
+    return words[0] + "".join(word.capitalize() for word in words[1:])
 
 
 for _model in MODELS.values():
