@@ -1,0 +1,124 @@
+"""The contract reads cleanly for generators and linters (Redocly, Spectral): one operationId per operation,
+named as the JS client names its functions; stated security; one bound per side; no unused components;
+no YAML anchors; a server; examples for the main errors, which are the service's real answers; response
+schemas open to members added later."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+from flask.testing import FlaskClient
+
+from service import create_app
+from service.web.spec import PROBLEM_EXAMPLES
+from tests.conftest import CONTRACT_PATH
+from tests.tolerance import assert_json_close
+
+JS_CLIENT = Path(__file__).resolve().parent.parent / "service" / "static" / "client.js"
+
+
+def _spec() -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load(CONTRACT_PATH.read_text())
+    return spec
+
+
+def _operations(spec: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            if method != "parameters":  # shared by the path's operations, not one of them
+                yield path, method, operation
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def test_every_operation_has_a_unique_operation_id() -> None:
+    ids = [operation.get("operationId") for _, _, operation in _operations(_spec())]
+    assert all(ids), ids
+    assert len(ids) == len(set(ids))
+
+
+def test_operation_ids_are_the_js_client_function_names() -> None:
+    # export function attention(body, options) { return post("/v1/attention", body, options); }
+    exported = r'export function (\w+)\(body, options\) \{\s*return post\("([^"]+)"'
+    functions = dict(re.findall(exported, JS_CLIENT.read_text()))
+    assert set(functions) >= {"attention", "softmax", "logLikelihood"}
+    spec = _spec()
+    for name, path in functions.items():
+        assert spec["paths"][path]["post"]["operationId"] == name
+
+
+def test_security_is_stated_for_every_operation() -> None:
+    spec = _spec()
+    assert spec["security"] == [{}, {"bearerAuth": []}]  # /v1/*: no key, or a bearer key
+    for path, _, operation in _operations(spec):
+        if not path.startswith("/v1/"):
+            assert operation["security"] == [], path
+
+
+def test_one_bound_per_side() -> None:
+    for schema in _walk(_spec()):
+        assert not {"minimum", "exclusiveMinimum"} <= set(schema), schema
+        assert not {"maximum", "exclusiveMaximum"} <= set(schema), schema
+
+
+def test_every_component_is_used() -> None:
+    spec = _spec()
+    refs = {node["$ref"] for node in _walk(spec) if "$ref" in node}
+    for kind, components in spec["components"].items():
+        if kind == "securitySchemes":
+            continue  # used by name in security requirements
+        for name in components:
+            assert f"#/components/{kind}/{name}" in refs, f"{kind}/{name} is never used"
+
+
+def test_no_yaml_anchors_and_a_server() -> None:
+    text = CONTRACT_PATH.read_text()
+    assert not [event for event in yaml.parse(text) if getattr(event, "anchor", None)]
+    assert _spec()["servers"] == [{"url": "/", "description": "The service that serves this contract."}]
+
+
+def test_response_schemas_allow_members_added_later() -> None:
+    spec = _spec()
+    schemas = spec["components"]["schemas"]
+    for name, schema in schemas.items():
+        closed = [node for node in _walk(schema) if node.get("additionalProperties") is False]
+        is_request = name.endswith("Request")
+        assert bool(closed) == is_request, name  # requests refuse unknown fields; responses may grow
+
+
+def test_main_error_responses_have_examples() -> None:
+    responses = _spec()["components"]["responses"]
+    for name in ("UNPROCESSABLE_CONTENT", "CONTENT_TOO_LARGE"):
+        assert responses[name]["content"]["application/problem+json"]["examples"], name
+
+
+def test_the_error_examples_are_what_the_service_answers(client: FlaskClient) -> None:
+    (example,) = PROBLEM_EXAMPLES[422].values()
+    answer = client.post("/v1/softmax", json={"logits": [1.0, 2.0], "temprature": 0.5})
+    _compare(answer.get_json(), example["value"], status=answer.status_code)
+
+    (example,) = PROBLEM_EXAMPLES[413].values()
+    app = create_app({"TESTING": True})  # the default MAX_BODY_BYTES, which the example states
+    too_large = b"[" + b"0," * (app.config["MAX_CONTENT_LENGTH"] // 2) + b"0]"
+    answer = app.test_client().post("/v1/softmax", data=too_large, content_type="application/json")
+    _compare(answer.get_json(), example["value"], status=answer.status_code)
+
+
+def _compare(answer: dict[str, Any], example: dict[str, Any], *, status: int) -> None:
+    assert status == example["status"]
+    answer, example = dict(answer), dict(example)
+    assert isinstance(answer.pop("request_id"), str)  # each answer has its own
+    example.pop("request_id")
+    assert_json_close(answer, example)
