@@ -14,7 +14,7 @@ NODE_STAMP    := node_modules/.installed
 BIOME         := node_modules/.bin/biome
 
 .PHONY: run test test-other-arithmetic lint format typecheck check openapi clean soak kubernetes-validate \
-	container-smoke screenshots bench bench-smoke bench-tune bench-workers attack scale-check
+	container-smoke screenshots bench bench-smoke bench-tune bench-workers attack scale-check dist
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,11 @@ typecheck: $(DEV_STAMP)
 
 check: lint typecheck test
 
+# PYTHONDONTWRITEBYTECODE (set in some shells and images) makes setuptools warn that it skips byte-compiling.
+dist: $(DEV_STAMP)  ## the sdist and the wheel in dist/ (python -m build); any packaging warning fails it
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m build --outdir dist . > build.log 2>&1 || { cat build.log; exit 1; }
+	! grep -E "Warning|warning:" build.log
+
 openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas
 	$(BIN)/python -m service.contract > openapi.yaml
 
@@ -70,7 +75,7 @@ screenshots: $(DEV_STAMP)  ## refresh the README's screenshots in docs/ (headles
 	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser -k "screenshot or docs_render"
 
 clean:
-	rm -rf $(VENV) .venv-3.13 node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-3.13 dist build.log node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
 bench: $(DEV_STAMP)  ## the benchmark suite: the service against the in-process and bare-Flask floors
 	PYTHONPATH=client/src $(BIN)/python -m bench
