@@ -14,6 +14,7 @@ import yaml
 from flask.testing import FlaskClient
 
 from service import create_app
+from service.web.api_keys import is_protected
 from service.web.spec import PROBLEM_EXAMPLES
 from tests.conftest import CONTRACT_PATH
 from tests.tolerance import assert_json_close
@@ -61,10 +62,9 @@ def test_operation_ids_are_the_js_client_function_names() -> None:
 
 def test_security_is_stated_for_every_operation() -> None:
     spec = _spec()
-    assert spec["security"] == [{}, {"bearerAuth": []}]  # /v1/*: no key, or a bearer key
+    assert spec["security"] == [{}, {"bearerAuth": []}]  # the computations: no key, or a bearer key
     for path, _, operation in _operations(spec):
-        if not path.startswith("/v1/"):
-            assert operation["security"] == [], path
+        assert operation.get("security") == (None if is_protected(path) else []), path
 
 
 def test_one_bound_per_side() -> None:
@@ -92,10 +92,26 @@ def test_no_yaml_anchors_and_a_server() -> None:
 def test_response_schemas_allow_members_added_later() -> None:
     spec = _spec()
     schemas = spec["components"]["schemas"]
-    for name, schema in schemas.items():
-        closed = [node for node in _walk(schema) if node.get("additionalProperties") is False]
-        is_request = name.endswith("Request")
-        assert bool(closed) == is_request, name  # requests refuse unknown fields; responses may grow
+    answers = [operation["responses"] for _, _, operation in _operations(spec)]
+    in_answers = _referenced([*answers, spec["components"]["responses"]], schemas)
+    assert {"Problem", "AttentionResponse", "SoftmaxResponse", "LikelihoodResponse"} <= in_answers
+    for name in in_answers:  # clients must ignore members they do not know; the contract lets them come
+        assert not [node for node in _walk(schemas[name]) if node.get("additionalProperties") is False], name
+    for name in ("AttentionRequest", "SoftmaxRequest", "LikelihoodRequest"):  # unknown fields are refused
+        assert schemas[name]["additionalProperties"] is False
+
+
+def _referenced(roots: list[Any], schemas: dict[str, Any]) -> set[str]:
+    """The names of the schema components ``roots`` refer to, directly or through other components."""
+    found: set[str] = set()
+    pending = list(roots)
+    while pending:
+        for node in _walk(pending.pop()):
+            name = node.get("$ref", "").removeprefix("#/components/schemas/")
+            if name in schemas and name not in found:
+                found.add(name)
+                pending.append(schemas[name])
+    return found
 
 
 def test_main_error_responses_have_examples() -> None:

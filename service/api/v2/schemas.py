@@ -13,30 +13,31 @@ from marshmallow import Schema, fields, validate
 from service.api.v2.models import Model
 from service.api.v2.tensors import DTYPES, HEADER_LENGTH
 from service.web.fields import StrictBoolean
+from service.web.schemas import ResponseSchema
 
 DATATYPES = list(DTYPES)
 
 
-class ServerMetadataSchema(Schema):
+class ServerMetadataSchema(ResponseSchema):
     name = fields.String(required=True)
     version = fields.String(required=True)
     extensions = fields.List(fields.String(), required=True)
 
 
-class LiveSchema(Schema):
+class LiveSchema(ResponseSchema):
     live = fields.Boolean(required=True)
 
 
-class ReadySchema(Schema):
+class ReadySchema(ResponseSchema):
     ready = fields.Boolean(required=True)
 
 
-class ModelReadySchema(Schema):
+class ModelReadySchema(ResponseSchema):
     name = fields.String(required=True)
     ready = fields.Boolean(required=True)
 
 
-class MetadataTensorSchema(Schema):
+class MetadataTensorSchema(ResponseSchema):
     name = fields.String(required=True)
     datatype = fields.String(required=True, validate=validate.OneOf(DATATYPES))
     shape = fields.List(
@@ -44,7 +45,7 @@ class MetadataTensorSchema(Schema):
     )
 
 
-class ModelMetadataSchema(Schema):
+class ModelMetadataSchema(ResponseSchema):
     name = fields.String(required=True)
     versions = fields.List(fields.String(), required=True)
     platform = fields.String(required=True)
@@ -52,8 +53,8 @@ class ModelMetadataSchema(Schema):
     outputs = fields.List(fields.Nested(MetadataTensorSchema), required=True)
 
 
-class BinaryDataSizeSchema(Schema):
-    binary_data_size = fields.Integer(
+def _binary_data_size() -> fields.Integer:
+    return fields.Integer(
         validate=validate.Range(min=0),
         metadata={
             "description": "This tensor's bytes follow the JSON header (binary tensor data extension)."
@@ -61,15 +62,25 @@ class BinaryDataSizeSchema(Schema):
     )
 
 
+class BinaryDataSizeSchema(Schema):
+    binary_data_size = _binary_data_size()
+
+
+class OutputParametersSchema(ResponseSchema):
+    """An output's parameters in an answer: open to members added later, as every response is."""
+
+    binary_data_size = _binary_data_size()
+
+
 class BinaryDataSchema(Schema):
     binary_data = StrictBoolean(metadata={"description": "Answer this output as binary tensor data."})
 
 
-class ResponseOutputSchema(Schema):
+class ResponseOutputSchema(ResponseSchema):
     name = fields.String(required=True)
     datatype = fields.String(required=True, validate=validate.OneOf(DATATYPES))
     shape = fields.List(fields.Integer(), required=True)
-    parameters = fields.Nested(BinaryDataSizeSchema)
+    parameters = fields.Nested(OutputParametersSchema)
     data = fields.Raw(
         metadata={
             "description": "Row-major, flattened; null where /v1 writes null. Absent for binary outputs.",
@@ -78,7 +89,7 @@ class ResponseOutputSchema(Schema):
     )
 
 
-class InferenceResponseSchema(Schema):
+class InferenceResponseSchema(ResponseSchema):
     model_name = fields.String(required=True)
     model_version = fields.String(required=True)
     id = fields.String()
