@@ -71,6 +71,25 @@ HOOKS = [
     ),
     Hook(
         library="flask-smorest",
+        owner="flask_smorest:Api",
+        name="_register_pagination_header",
+        parameters=("self",),
+        caller="flask_smorest.spec:APISpecMixin._init_spec",
+        call="self._register_pagination_header()",
+        relied_on_by="service/web/spec.py (no unused PaginationMetadata component in the contract)",
+    ),
+    Hook(
+        # Not a private method but a private layout: where arguments() notes its 422 response's name.
+        library="flask-smorest",
+        owner="flask_smorest.arguments:ArgumentsMixin",
+        name="arguments",
+        parameters=("self", "schema"),
+        caller="flask_smorest.arguments:ArgumentsMixin.arguments",
+        call='docs.setdefault("responses", {})[error_status_code]',
+        relied_on_by="service/web/blueprint.py (the 422 named from service/web/statuses.py, on every Python)",
+    ),
+    Hook(
+        library="flask-smorest",
         owner="flask_smorest.utils",
         name="prepare_response",
         parameters=("response", "spec", "content_type"),
