@@ -17,6 +17,7 @@ blp = Blueprint(
 
 
 @blp.route("/multi-head-attention", methods=["POST"])
+@blp.doc(operationId="multiHeadAttention")
 @blp.arguments(MultiHeadRequestSchema(), example=MULTI_HEAD_EXAMPLE_REQUEST)
 @blp.response(200, MultiHeadResponseSchema, example=MULTI_HEAD_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)

@@ -24,6 +24,7 @@ blp = Blueprint(
 
 
 @blp.route("/positional-encoding", methods=["POST"])
+@blp.doc(operationId="positionalEncoding")
 @blp.arguments(PositionalEncodingRequestSchema(), example=POSITIONAL_EXAMPLE_REQUEST)
 @blp.response(200, PositionalEncodingResponseSchema, example=POSITIONAL_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)

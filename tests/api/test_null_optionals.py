@@ -16,7 +16,10 @@ REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
     # path: (the required fields, the optional ones)
     "/v1/attention": (
         {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]},
-        ["mask", "causal", "causal_alignment", "bias", "scale", "empty_rows", "include", "precision"],
+        [
+            *("mask", "causal", "causal_alignment", "bias", "scale", "empty_rows", "include", "precision"),
+            *("enable_gqa", "window", "alibi_slopes", "softcap", "rotary"),
+        ],
     ),
     "/v1/softmax": (
         {"logits": [2.0, 1.0, 0.1]},
