@@ -85,13 +85,15 @@ def as_bool_mask(mask: ArrayLike, *, field: str = "mask") -> BoolArray:
 def divide_by_temperature(values: FloatArray, temperature: float) -> FloatArray:
     """``values /= temperature`` in place; quotients beyond the float range become ±inf, without warning.
 
-    A temperature below the smallest normal number of the dtype (1e-46 is 0 in float32, and 0/0 would be
-    NaN; a subnormal keeps only a few digits) divides in float64 instead, the result cast back.
+    A temperature the dtype cannot represent as a normal number divides in float64 instead, the result
+    cast back: below its smallest normal (1e-46 is 0 in float32, and 0/0 would be NaN; a subnormal keeps
+    only a few digits) or above its largest (1e308 is inf in float32, and x/inf would lose quotients such
+    as 3e38 / 6e38 = 0.5 that float32 holds).
     """
-    typed = values.dtype.type(temperature)
+    limits = np.finfo(values.dtype)
     with np.errstate(over="ignore", under="ignore"):
-        if typed >= np.finfo(values.dtype).tiny:
-            values /= typed
+        if limits.tiny <= temperature <= limits.max:
+            values /= values.dtype.type(temperature)
         else:
             np.divide(values, np.float64(temperature), out=values, casting="same_kind")
     return values

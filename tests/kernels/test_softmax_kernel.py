@@ -356,3 +356,13 @@ def test_tempered_log_softmax_hides_entries_and_agrees_with_scipy(temperature: f
     np.testing.assert_allclose(
         tempered_log_softmax(logits, 2.0, axis=0), scipy_log_softmax(logits / 2.0, axis=0), rtol=1e-12
     )
+
+
+@pytest.mark.parametrize("temperature", [3.5e38, 1e100, 1e308])
+def test_float32_temperature_beyond_float32_range_divides_exactly(temperature: float) -> None:
+    # float32 cannot hold these temperatures (the cast overflowed to inf, with a warning that the test
+    # suite turns into an error); the quotients themselves are float32 numbers and must not be lost.
+    logits = np.array([3e38, -3e38, 0.0], dtype=np.float32)
+    result = softmax(logits, temperature=temperature, dtype=np.float32)
+    expected = scipy_softmax(logits.astype(np.float64) / temperature)
+    np.testing.assert_allclose(result.probabilities, expected, rtol=1e-6)
