@@ -26,7 +26,11 @@ from bench.bare import APP as BARE_APP
 from bench.cases import Case, all_cases, floor_bytes
 from deploy.launch import MIB, SERVICE_APP, Server, serving
 from service import create_app
-from service.api.examples import ATTENTION_EXAMPLE_REQUEST, LIKELIHOOD_EXAMPLE_REQUEST
+from service.api.examples import (
+    ATTENTION_EXAMPLE_REQUEST,
+    LIKELIHOOD_EXAMPLE_REQUEST,
+    MULTI_HEAD_EXAMPLE_REQUEST,
+)
 
 DEVNULL = open(os.devnull, "w")  # noqa: SIM115  (open for the whole run)
 
@@ -49,6 +53,7 @@ SMOKE = Budget(repeats=2, rounds=1, seconds=0.5, load_rounds=1, load_seconds=1.0
 WARMUP_BODIES = {
     "/v1/attention": orjson.dumps(ATTENTION_EXAMPLE_REQUEST),
     "/v1/log-likelihood": orjson.dumps(LIKELIHOOD_EXAMPLE_REQUEST),
+    "/v1/multi-head-attention": orjson.dumps(MULTI_HEAD_EXAMPLE_REQUEST),
 }
 MEASURES = ("floor", "in_process", "http", "bare_http")
 V2_CASES = ("attention 512 weights", "attention 2048 output")  # the issue's /v2 targets

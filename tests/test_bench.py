@@ -50,3 +50,14 @@ def test_overhead_mode_times_each_seed_request_and_the_bare_app() -> None:
     assert all(row.microseconds > 0 for row in rows)
     text = overhead.table(rows)
     assert text.count("\n") == len(rows) + 1  # header, rule and one line per row
+
+
+def test_every_case_has_a_warm_up_body_that_the_service_accepts(client: FlaskClient) -> None:
+    # The memory measurement warms each endpoint up first; a case on an endpoint without a warm-up body
+    # failed `make bench-smoke` (CI) with a KeyError after every timing had been taken.
+    from bench.run import WARMUP_BODIES
+
+    for path in {case.path for case in all_cases()}:
+        assert path in WARMUP_BODIES, path
+        response = client.post(path, data=WARMUP_BODIES[path], content_type="application/json")
+        assert response.status_code == 200, response.data
