@@ -252,3 +252,128 @@ def likelihood_cases(draw: st.DrawFn) -> dict[str, Any]:
         "temperature": draw(st.sampled_from([1.0, 0.5, 2.0, 0.1])),
         "top_logprobs": draw(st.integers(0, 8)),
     }
+
+
+def reference_warpers_row(
+    logits: list[float],
+    *,
+    visible: list[bool],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    min_p: float | None,
+) -> tuple[list[float], list[bool]]:
+    """One row through Hugging Face's warpers as documented, in their order; returns (probs, kept).
+
+    Temperature divides the scores (0: only the maxima stay, sharing equally); ``TopKLogitsWarper``
+    removes scores below the k-th largest; ``TopPLogitsWarper`` sorts ascending and removes the tokens
+    whose cumulative probability is <= 1 - top_p, always keeping the most probable; ``MinPLogitsWarper``
+    removes probabilities below min_p × the largest. Each works on what the previous left (-inf scores).
+    Where HF's unstable sort leaves a tie at the nucleus edge open, the higher index goes first.
+    """
+    size = len(logits)
+    if temperature == 0:
+        best = max(logits[i] for i in range(size) if visible[i])
+        scores = [0.0 if visible[i] and logits[i] == best else -math.inf for i in range(size)]
+    else:
+        scores = [logits[i] / temperature if visible[i] else -math.inf for i in range(size)]
+
+    def probabilities() -> list[float]:
+        top = max(scores)
+        exps = [0.0 if s == -math.inf else math.exp(s - top) for s in scores]
+        total = sum(exps)
+        return [e / total for e in exps]
+
+    if top_k is not None:
+        kth = sorted(scores, reverse=True)[min(top_k, size) - 1]
+        scores = [s if s >= kth else -math.inf for s in scores]
+    if top_p is not None:
+        probs = probabilities()
+        ascending = sorted(range(size), key=lambda i: (probs[i], -i))
+        cumulative = 0.0
+        for position, i in enumerate(ascending):
+            cumulative += probs[i]
+            if cumulative <= 1 - top_p and position < size - 1:
+                scores[i] = -math.inf
+    if min_p is not None:
+        probs = probabilities()
+        threshold = min_p * max(probs)
+        scores = [s if probs[i] >= threshold else -math.inf for i, s in enumerate(scores)]
+    final = probabilities()
+    return final, [s > -math.inf and p > 0 for s, p in zip(scores, final, strict=True)]
+
+
+def warpers_are_ambiguous(
+    logits: list[float],
+    *,
+    visible: list[bool],
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    min_p: float | None,
+) -> bool:
+    """True when a top-p or min-p decision is within rounding of its threshold: either answer is right."""
+    if top_p is not None:
+        probs, _ = reference_warpers_row(
+            logits, visible=visible, temperature=temperature, top_k=top_k, top_p=None, min_p=None
+        )
+        ascending = sorted(probs)
+        cumulative = [sum(ascending[: i + 1]) for i in range(len(ascending))]
+        if any(abs(c - (1 - top_p)) < 1e-9 for c in cumulative):
+            return True
+    if min_p is not None:
+        probs, _ = reference_warpers_row(
+            logits, visible=visible, temperature=temperature, top_k=top_k, top_p=top_p, min_p=None
+        )
+        largest = max(probs)
+        if any(p > 0 and abs(p / largest - min_p) < 1e-9 for p in probs):
+            return True
+    return False
+
+
+@st.composite
+def sampling_cases(draw: st.DrawFn) -> dict[str, Any]:
+    """A softmax case plus min_p: each truncation drawn absent or present, so they combine."""
+    case = draw(logits_cases())
+    case["min_p"] = draw(st.none() | st.sampled_from([0.0, 0.05, 0.5, 1.0]) | st.floats(0.0, 1.0))
+    return case
+
+
+def reference_sample(
+    logits: list[list[float]],
+    *,
+    num_samples: int,
+    seed: int,
+    temperature: float = 1.0,
+    mask: Any = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    min_p: float | None = None,
+) -> list[list[int]]:
+    """The documented draw, row by row: NumPy's ``Generator(PCG64(seed)).random()`` gives the uniforms
+    in order; each picks the first token whose cumulative probability (math.exp, summed left to right)
+    exceeds it. Greedy (temperature 0) is the first maximum. ``mask`` broadcasts to the logits."""
+    rng = np.random.Generator(np.random.PCG64(seed))
+    shape = (len(logits), len(logits[0]))
+    masks = np.ones(shape, dtype=bool) if mask is None else np.broadcast_to(mask, shape)
+    tokens = []
+    for row, row_mask in zip(logits, masks, strict=True):
+        visible = [bool(v) for v in row_mask]
+        probs, _ = reference_warpers_row(
+            row, visible=visible, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p
+        )
+        if temperature == 0:
+            tokens.append([probs.index(max(probs))] * num_samples)
+            continue
+        drawn = []
+        for _ in range(num_samples):
+            u, cumulative = float(rng.random()), 0.0
+            for i, p in enumerate(probs):
+                cumulative += p
+                if u < cumulative and p > 0:
+                    drawn.append(i)
+                    break
+            else:
+                drawn.append(max(i for i, p in enumerate(probs) if p > 0))
+        tokens.append(drawn)
+    return tokens

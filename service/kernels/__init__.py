@@ -1,9 +1,10 @@
-"""Pure-NumPy numerical kernels: attention, multi-head layers, positional encodings, softmax, likelihood.
+"""Pure-NumPy numerical kernels: attention, multi-head layers, positional encodings, softmax, likelihood,
+sampling.
 
 The implementation lives in private modules (``_attention``, ``_multihead``, ``_positions``, ``_softmax``,
-``_likelihood``, ``_visibility``, ``_common``, ``_errors``), as in SciPy's ``scipy.special`` and JAX's
-``jax.nn``; this package re-exports the public names, so that ``service.kernels.attention`` is the function
-and no module shadows it.
+``_likelihood``, ``_sampling``, ``_truncation``, ``_visibility``, ``_common``, ``_errors``), as in SciPy's
+``scipy.special`` and JAX's ``jax.nn``; this package re-exports the public names, so that
+``service.kernels.attention`` is the function and no module shadows it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from service.kernels._positions import (
     rotary_tables,
     sinusoidal_encoding,
 )
+from service.kernels._sampling import MAX_NUM_SAMPLES, MAX_SEED, SampleResult, sample, sample_shapes
 from service.kernels._softmax import (
     SoftmaxResult,
     log_softmax,
@@ -48,6 +50,8 @@ from service.kernels._softmax import (
 from service.kernels._visibility import CausalAlignment
 
 __all__ = [
+    "MAX_NUM_SAMPLES",
+    "MAX_SEED",
     "MAX_TOP_LOGPROBS",
     "AttentionResult",
     "AttentionShapes",
@@ -62,6 +66,7 @@ __all__ = [
     "Rotary",
     "RotaryStyle",
     "RotaryTables",
+    "SampleResult",
     "ShapeError",
     "SoftmaxResult",
     "apply_rotary",
@@ -74,6 +79,8 @@ __all__ = [
     "multi_head_attention",
     "multi_head_shapes",
     "rotary_tables",
+    "sample",
+    "sample_shapes",
     "sequence_log_likelihood",
     "sinusoidal_encoding",
     "softmax",

@@ -1,10 +1,10 @@
-"""Softmax with temperature, masking and top-k / top-p (nucleus) truncation over the last axis."""
+"""Softmax with temperature, masking and top-k / top-p (nucleus) / min-p truncation over the last axis."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -18,13 +18,13 @@ from service.kernels._common import (
     as_bool_mask,
     as_float_array,
     check_finite_scalar,
-    check_int,
     divide_by_temperature,
     first_indices,
     overflow_error,
     resolve_float_dtype,
 )
-from service.kernels._errors import EmptyRowError, KernelError, ShapeError, describe_rows, format_shape
+from service.kernels._errors import EmptyRowError, ShapeError, describe_rows, format_shape
+from service.kernels._truncation import Truncation, truncate
 
 
 def softmax_shapes(
@@ -71,48 +71,24 @@ def softmax(
     mask: ArrayLike | None = None,
     top_k: int | None = None,
     top_p: float | None = None,
+    min_p: float | None = None,
     dtype: DTypeArg = np.float64,
 ) -> SoftmaxResult:
-    """Softmax over the last axis, applying mask → temperature → top_k → top_p, then renormalizing.
+    """Softmax over the last axis: mask → temperature → top_k → top_p → min_p, then renormalizing.
 
     ``temperature == 0`` is the greedy limit: the maximal visible logits share the probability equally.
+    The truncation (:func:`truncate`) is the one ``sample`` draws after, so this is its distribution.
     """
     float_dtype = resolve_float_dtype(dtype)
     temperature = check_finite_scalar(temperature, field="temperature", minimum=0.0)
-    if top_k is not None:
-        top_k = check_int(top_k, field="top_k", minimum=1)
-    if top_p is not None:
-        top_p = check_finite_scalar(top_p, field="top_p", minimum=0.0, strict=True)
-        if top_p > 1:
-            raise KernelError(f"top_p must be in (0, 1], got {top_p:g}", field="top_p")
-
-    x = as_float_array(logits, float_dtype, field="logits")
-    visible = None if mask is None else as_bool_mask(mask)
-    shape = softmax_shapes(x.shape, mask_shape=None if visible is None else visible.shape)
-    if visible is not None:
-        visible = np.broadcast_to(visible, shape)
-        empty = np.asarray(~visible.any(axis=-1))
-        if count := int(np.count_nonzero(empty)):
-            rows = first_indices(empty, LISTED_EMPTY_ROWS)  # a few: listing millions would cost seconds
-            raise EmptyRowError(_empty_rows_message(rows, count), rows=rows, count=count, field="mask")
-
-    finite = np.isfinite(x)
-    if not finite.all() and (visible is None or not (finite | ~visible).all()):
-        raise overflow_error("logits", float_dtype, field="logits")
-
-    masked = x if visible is None else np.where(visible, x, float_dtype.type(-np.inf))
+    truncation = Truncation.checked(top_k=top_k, top_p=top_p, min_p=min_p)
+    masked = masked_logits(logits, mask, float_dtype)
     # Hidden logits are -inf, and so (probability 0) are all but the maxima at temperature 0.
     shifted = tempered_shift(masked, temperature)
-    keep: BoolArray | None = None  # truncation: top_k compares the logits (a temperature keeps their order)
-    if top_k is not None and top_k < shape[-1]:
-        keep = masked >= _kth_largest(masked, top_k)
-    if top_p is not None and top_p < 1:
-        _, probabilities = normalize_shifted(shifted, keep=keep)
-        nucleus = _nucleus(probabilities, top_p)
-        keep = nucleus if keep is None else keep & nucleus
+    keep = truncate(masked, shifted, truncation)
 
     log_probabilities, probabilities = normalize_shifted(shifted, keep=keep)
-    plogp = np.zeros(shape, dtype=float_dtype)
+    plogp = np.zeros(masked.shape, dtype=float_dtype)
     np.multiply(probabilities, log_probabilities, out=plogp, where=probabilities > 0)
     entropy: FloatArray = np.asarray(0.0 - plogp.sum(axis=-1))  # 0.0 - x turns a one-hot row's -0.0 into 0.0
     return SoftmaxResult(
@@ -124,26 +100,26 @@ def softmax(
     )
 
 
-def _kth_largest(values: FloatArray, k: int) -> FloatArray:
-    """The ``k``-th largest entry of each row, as a column for broadcasting."""
-    size = values.shape[-1]
-    # cast: NumPy's stubs lose the dtype of a float32-or-float64 union through np.partition.
-    return cast("FloatArray", np.partition(values, size - k, axis=-1)[..., size - k : size - k + 1])
+def masked_logits(logits: ArrayLike, mask: ArrayLike | None, dtype: np.dtype[np.floating[Any]]) -> FloatArray:
+    """``logits`` as ``dtype`` with hidden entries -inf, after checking shapes, rows and finiteness.
 
+    Raises :class:`EmptyRowError` (naming the first few rows) when the mask hides a whole row, and an
+    overflow error when a visible logit is not finite in ``dtype``.
+    """
+    x = as_float_array(logits, dtype, field="logits")
+    visible = None if mask is None else as_bool_mask(mask)
+    shape = softmax_shapes(x.shape, mask_shape=None if visible is None else visible.shape)
+    if visible is not None:
+        visible = np.broadcast_to(visible, shape)
+        empty = np.asarray(~visible.any(axis=-1))
+        if count := int(np.count_nonzero(empty)):
+            rows = first_indices(empty, LISTED_EMPTY_ROWS)  # a few: listing millions would cost seconds
+            raise EmptyRowError(_empty_rows_message(rows, count), rows=rows, count=count, field="mask")
 
-def _nucleus(probabilities: FloatArray, top_p: float) -> BoolArray:
-    """The smallest set of most probable entries whose probabilities sum to at least ``top_p``."""
-    order = np.argsort(-probabilities, axis=-1, kind="stable")  # stable: the first index wins ties
-    sorted_probabilities = np.take_along_axis(probabilities, order, axis=-1)
-    # An entry is needed while the mass of the entries before it is still short of top_p; the most
-    # probable entry has nothing before it, so at least one is always kept.
-    mass_before = np.zeros_like(sorted_probabilities)
-    np.cumsum(sorted_probabilities[..., :-1], axis=-1, out=mass_before[..., 1:])
-    # top_p stays a float64: as a float32 a top_p below 1.4e-45 would round to 0 and keep nothing.
-    needed_sorted = mass_before < np.float64(top_p)
-    needed = np.empty_like(needed_sorted)
-    np.put_along_axis(needed, order, needed_sorted, axis=-1)
-    return needed
+    finite = np.isfinite(x)
+    if not finite.all() and (visible is None or not (finite | ~visible).all()):
+        raise overflow_error("logits", dtype, field="logits")
+    return x if visible is None else np.where(visible, x, dtype.type(-np.inf))
 
 
 def _empty_rows_message(rows: list[list[int]], count: int) -> str:
