@@ -30,7 +30,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     if config is not None:
         app.config.update(config)
 
-    from service.api import attention, likelihood, meta, multihead, pages, positions, softmax
+    from service.api import attention, likelihood, meta, multihead, pages, positions, sample, softmax
     from service.api.v2 import blp as v2_blueprint
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
@@ -51,6 +51,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     api.register_blueprint(likelihood.blp)
     api.register_blueprint(multihead.blp)
     api.register_blueprint(positions.blp)
+    api.register_blueprint(sample.blp)
     api.register_blueprint(meta.blp)
     api.register_blueprint(pages.blp)
     api.register_blueprint(v2_blueprint)

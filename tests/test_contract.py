@@ -17,6 +17,7 @@ import yaml
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
+from scipy.special import log_softmax as scipy_log_softmax
 from scipy.special import softmax as scipy_softmax
 
 from service import create_app
@@ -24,7 +25,7 @@ from service.api import examples
 from service.contract import render_contract
 from service.web.statuses import STATUSES
 from tests.conftest import CONTRACT_PATH
-from tests.references import reference_attention, reference_sequence
+from tests.references import reference_attention, reference_sample, reference_sequence
 from tests.tolerance import EXAMPLE_RTOL, assert_json_close
 
 
@@ -40,6 +41,7 @@ COMPUTE_PATHS = (
     "/v1/log-likelihood",
     "/v1/multi-head-attention",
     "/v1/positional-encoding",
+    "/v1/sample",
 )
 
 
@@ -99,6 +101,7 @@ def test_documented_examples_are_what_the_endpoints_answer(client: FlaskClient, 
         examples.computed_likelihood_example_response,
         examples.computed_multi_head_example_response,
         examples.computed_positional_example_response,
+        examples.computed_sample_example_response,
     ],
 )
 def test_example_digits_are_the_same_on_any_machine(computed: Callable[[], Any]) -> None:
@@ -158,6 +161,15 @@ def test_documented_examples_agree_with_the_references() -> None:
     assert response["encoding"][1] == pytest.approx(
         [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)], rel=EXAMPLE_RTOL
     )
+
+    request, response = _example("/v1/sample")
+    assert (
+        response["tokens"]
+        == reference_sample([request["logits"]], num_samples=request["num_samples"], seed=request["seed"])[0]
+    )
+    expected_logprobs = scipy_log_softmax(request["logits"])[response["tokens"]]
+    np.testing.assert_allclose(response["logprobs"], expected_logprobs, rtol=EXAMPLE_RTOL)
+    assert response["seed"] == request["seed"]
 
 
 schema = schemathesis.openapi.from_path(CONTRACT_PATH)

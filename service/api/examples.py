@@ -20,10 +20,12 @@ from service.api.schemas.attention import AttentionResponseSchema, attention_res
 from service.api.schemas.likelihood import LikelihoodResponseSchema, likelihood_response
 from service.api.schemas.multihead import MultiHeadResponseSchema, multi_head_response
 from service.api.schemas.positions import PositionalEncodingResponseSchema
+from service.api.schemas.sample import SampleResponseSchema, sample_response
 from service.api.schemas.softmax import SoftmaxResponseSchema, softmax_response
 from service.kernels import (
     attention,
     multi_head_attention,
+    sample,
     sequence_log_likelihood,
     sinusoidal_encoding,
     softmax,
@@ -77,6 +79,8 @@ MULTI_HEAD_EXAMPLE_REQUEST: dict[str, Any] = {
     "include": ["weights"],
 }
 POSITIONAL_EXAMPLE_REQUEST: dict[str, Any] = {"kind": "sinusoidal", "length": 3, "d_model": 4}
+# The softmax example's logits, drawn from eight times with a seed: the same tokens on every machine.
+SAMPLE_EXAMPLE_REQUEST: dict[str, Any] = {"logits": [2.0, 1.0, 0.1], "num_samples": 8, "seed": 0}
 
 
 def computed_attention_example_response() -> dict[str, Any]:
@@ -121,8 +125,15 @@ def computed_positional_example_response() -> dict[str, Any]:
     return _as_written(PositionalEncodingResponseSchema(), {"encoding": table})
 
 
+def computed_sample_example_response() -> dict[str, Any]:
+    request = SAMPLE_EXAMPLE_REQUEST
+    result = sample(np.asarray(request["logits"]), num_samples=request["num_samples"], seed=request["seed"])
+    return _as_written(SampleResponseSchema(), sample_response(result))
+
+
 ATTENTION_EXAMPLE_RESPONSE = round_floats(computed_attention_example_response())
 SOFTMAX_EXAMPLE_RESPONSE = round_floats(computed_softmax_example_response())
 LIKELIHOOD_EXAMPLE_RESPONSE = round_floats(computed_likelihood_example_response())
 MULTI_HEAD_EXAMPLE_RESPONSE = round_floats(computed_multi_head_example_response())
 POSITIONAL_EXAMPLE_RESPONSE = round_floats(computed_positional_example_response())
+SAMPLE_EXAMPLE_RESPONSE = round_floats(computed_sample_example_response())

@@ -12,7 +12,7 @@ from service.web.blueprint import Blueprint
 from service.web.limits import admit_work
 
 blp = Blueprint(
-    "softmax", __name__, url_prefix="/v1", description="Softmax with temperature, top-k and top-p."
+    "softmax", __name__, url_prefix="/v1", description="Softmax with temperature, top-k, top-p and min-p."
 )
 
 
@@ -22,6 +22,6 @@ blp = Blueprint(
 @blp.response(200, SoftmaxResponseSchema, example=SOFTMAX_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)
 def softmax_view(request: SoftmaxRequest) -> dict[str, Any]:
-    """Probabilities over the last axis of the logits, after mask, temperature, top-k and top-p."""
+    """Probabilities over the last axis of the logits, after mask, temperature, top-k, top-p and min-p."""
     admit_work(request.work())
     return softmax_response(request.run(), include=request.include)

@@ -21,6 +21,7 @@ from service.requests._common import (
 from service.requests._likelihood import TOP_LOGPROB_COST, LikelihoodRequest
 from service.requests._multihead import MultiHeadOutput, MultiHeadRequest
 from service.requests._positions import PositionalEncodingRequest, PositionalOutput
+from service.requests._sample import SampleRequest
 from service.requests._softmax import SoftmaxOutput, SoftmaxRequest
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "Precision",
     "Range",
     "RequestError",
+    "SampleRequest",
     "SoftmaxOutput",
     "SoftmaxRequest",
     "Work",

@@ -26,7 +26,7 @@ SoftmaxOutput = Literal["log_probabilities"]
 
 @dataclass(frozen=True)
 class SoftmaxRequest:
-    """Probabilities over the last axis of ``logits``, after mask, temperature, top-k and top-p."""
+    """Probabilities over the last axis of ``logits``, after mask, temperature, top-k, top-p and min-p."""
 
     ARRAYS: ClassVar[dict[str, ArraySpec]] = {
         "logits": ArraySpec(axes="[..., V]"),
@@ -35,12 +35,14 @@ class SoftmaxRequest:
     TEMPERATURE: ClassVar[Range] = Range(minimum=0)  # 0 is the greedy limit
     TOP_K: ClassVar[Range] = Range(minimum=1)
     TOP_P: ClassVar[Range] = Range(minimum=0, maximum=1, min_inclusive=False)
+    MIN_P: ClassVar[Range] = Range(minimum=0, maximum=1)
 
     logits: AnyArray
     mask: AnyArray | None = None
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
+    min_p: float | None = None
     include: frozenset[SoftmaxOutput] = frozenset()
     precision: Precision = "float64"
     shape: tuple[int, ...] = field(init=False, repr=False)
@@ -56,6 +58,8 @@ class SoftmaxRequest:
             set_(self, "top_k", integer(self.top_k, field="top_k", allowed=self.TOP_K))
         if self.top_p is not None:
             set_(self, "top_p", number(self.top_p, field="top_p", allowed=self.TOP_P))
+        if self.min_p is not None:
+            set_(self, "min_p", number(self.min_p, field="min_p", allowed=self.MIN_P))
         set_(self, "include", names(self.include, SoftmaxOutput, field="include"))
         set_(self, "precision", choice(self.precision, Precision, field="precision"))
         mask_shape = None if self.mask is None else self.mask.shape
@@ -80,5 +84,6 @@ class SoftmaxRequest:
             mask=self.mask,
             top_k=self.top_k,
             top_p=self.top_p,
+            min_p=self.min_p,
             dtype=PRECISIONS[self.precision],
         )

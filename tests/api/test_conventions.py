@@ -15,7 +15,7 @@ from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from tests.problems import assert_problem
 
 SEED = ATTENTION_EXAMPLE_REQUEST  # the course's worked example
-ENDPOINTS = ["/v1/attention", "/v1/softmax", "/v1/log-likelihood"]
+ENDPOINTS = ["/v1/attention", "/v1/softmax", "/v1/log-likelihood", "/v1/sample"]
 
 
 @pytest.mark.parametrize("path", ENDPOINTS)
@@ -97,6 +97,8 @@ def test_body_over_the_limit_is_413() -> None:
         ("/v1/attention", {"query": [[0.0] * 2] * 30, "key": [[0.0] * 2] * 40, "value": [[1.0]] * 40}, 1200),
         ("/v1/softmax", {"logits": [[0.0] * 50] * 30}, 1500),
         ("/v1/log-likelihood", {"logits": [[[0.0] * 40] * 30], "targets": [[0] * 30]}, 1200),
+        ("/v1/sample", {"logits": [[0.0] * 50] * 30}, 1500),
+        ("/v1/sample", {"logits": [[0.0] * 5] * 30, "num_samples": 40}, 1200),
     ],
 )
 def test_work_over_the_limit_is_413_stating_limit_and_need(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from attention_client._client import DEFAULT_BASE_URL, AsyncClient, Client
 from attention_client._errors import ApiError
-from attention_client._results import AttentionResult, LikelihoodResult, SoftmaxResult
+from attention_client._results import AttentionResult, LikelihoodResult, SampleResult, SoftmaxResult
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -21,5 +21,6 @@ __all__ = [
     "AttentionResult",
     "Client",
     "LikelihoodResult",
+    "SampleResult",
     "SoftmaxResult",
 ]

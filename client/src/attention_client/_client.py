@@ -14,7 +14,7 @@ import httpx
 from numpy.typing import ArrayLike, NDArray
 
 from attention_client._protocol import Call, bool_tensor, float_tensor, infer_call, int_tensor, read_outputs
-from attention_client._results import AttentionResult, LikelihoodResult, SoftmaxResult
+from attention_client._results import AttentionResult, LikelihoodResult, SampleResult, SoftmaxResult
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
@@ -73,13 +73,20 @@ def _softmax_call(
     temperature: float,
     top_k: int | None,
     top_p: float | None,
+    min_p: float | None,
     log_probabilities: bool,
     precision: Precision | None,
 ) -> Call:
     tensors = [float_tensor("logits", logits)]
     if mask is not None:
         tensors.append(bool_tensor("mask", mask))
-    parameters = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "precision": precision}
+    parameters = {
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "precision": precision,
+    }
     outputs = ["probabilities", "entropy", "argmax", "temperature"]
     if log_probabilities:
         outputs.append("log_probabilities")
@@ -94,6 +101,35 @@ def _softmax_result(outputs: dict[str, NDArray[Any]]) -> SoftmaxResult:
         argmax=outputs["argmax"],
         temperature=float(outputs["temperature"]),
     )
+
+
+def _sample_call(
+    logits: ArrayLike,
+    *,
+    mask: ArrayLike | None,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    min_p: float | None,
+    num_samples: int,
+    seed: int | None,
+) -> Call:
+    tensors = [float_tensor("logits", logits)]
+    if mask is not None:
+        tensors.append(bool_tensor("mask", mask))
+    parameters = {
+        "temperature": temperature,
+        "top_k": top_k,
+        "top_p": top_p,
+        "min_p": min_p,
+        "num_samples": int(num_samples),
+        "seed": None if seed is None else int(seed),
+    }
+    return infer_call("sample", tensors, parameters, ["tokens", "logprobs", "seed"])
+
+
+def _sample_result(outputs: dict[str, NDArray[Any]]) -> SampleResult:
+    return SampleResult(tokens=outputs["tokens"], logprobs=outputs["logprobs"], seed=int(outputs["seed"]))
 
 
 def _likelihood_call(
@@ -210,20 +246,49 @@ class Client:
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        min_p: float | None = None,
         log_probabilities: bool = False,
         precision: Precision | None = None,
     ) -> SoftmaxResult:
-        """Probabilities over the last axis after mask, temperature, top-k and top-p."""
+        """Probabilities over the last axis after mask, temperature, top-k, top-p and min-p."""
         call = _softmax_call(
             logits,
             mask=mask,
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
+            min_p=min_p,
             log_probabilities=log_probabilities,
             precision=precision,
         )
         return _softmax_result(self._send(call))
+
+    def sample(
+        self,
+        logits: ArrayLike,
+        *,
+        mask: ArrayLike | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
+        num_samples: int = 1,
+        seed: int | None = None,
+    ) -> SampleResult:
+        """``num_samples`` tokens drawn from each row of ``logits`` (the distribution :meth:`softmax` shows
+        for the same options); the same ``seed`` draws the same tokens, and ``None`` lets the service pick
+        one, which the result holds."""
+        call = _sample_call(
+            logits,
+            mask=mask,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            num_samples=num_samples,
+            seed=seed,
+        )
+        return _sample_result(self._send(call))
 
     def log_likelihood(
         self,
@@ -320,6 +385,7 @@ class AsyncClient:
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
+        min_p: float | None = None,
         log_probabilities: bool = False,
         precision: Precision | None = None,
     ) -> SoftmaxResult:
@@ -330,10 +396,36 @@ class AsyncClient:
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
+            min_p=min_p,
             log_probabilities=log_probabilities,
             precision=precision,
         )
         return _softmax_result(await self._send(call))
+
+    async def sample(
+        self,
+        logits: ArrayLike,
+        *,
+        mask: ArrayLike | None = None,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
+        num_samples: int = 1,
+        seed: int | None = None,
+    ) -> SampleResult:
+        """As :meth:`Client.sample`."""
+        call = _sample_call(
+            logits,
+            mask=mask,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            min_p=min_p,
+            num_samples=num_samples,
+            seed=seed,
+        )
+        return _sample_result(await self._send(call))
 
     async def log_likelihood(
         self,

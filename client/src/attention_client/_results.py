@@ -38,6 +38,13 @@ class SoftmaxResult:
 
 
 @dataclass(frozen=True)
+class SampleResult:
+    tokens: IntArray
+    logprobs: FloatArray
+    seed: int
+
+
+@dataclass(frozen=True)
 class LikelihoodResult:
     token_logprobs: FloatArray
     ranks: IntArray

@@ -41,6 +41,13 @@ class SoftmaxRequestSchema(RequestSchema):
             "at least p (never fewer than one), after temperature and top_k.",
         },
     )
+    min_p = StrictFloat(
+        validate=within(SoftmaxRequest.MIN_P),
+        metadata={
+            "description": "Keep the entries whose probability is at least min_p times the largest one, "
+            "after temperature, top_k and top_p (as Hugging Face's MinPLogitsWarper and vLLM)."
+        },
+    )
     include = IncludeList(SoftmaxOutput, default=[], metadata={"description": "Extra arrays to return."})
     precision = precision_field()
 

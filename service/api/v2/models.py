@@ -1,4 +1,4 @@
-"""The three models of /v2, named like the /v1 endpoints: their tensors, parameters and outputs.
+"""The four models of /v2, named like the /v1 endpoints: their tensors, parameters and outputs.
 
 Each model maps the protocol's pieces onto the same typed request /v1 builds: input tensors become its
 arrays, request parameters its options (read by the /v1 schema's own fields, so names, types, defaults
@@ -18,6 +18,7 @@ from marshmallow import Schema
 
 from service.api.schemas.attention import AttentionRequestSchema
 from service.api.schemas.likelihood import LikelihoodRequestSchema
+from service.api.schemas.sample import SampleRequestSchema
 from service.api.schemas.softmax import SoftmaxRequestSchema
 from service.api.v2.tensors import InputSpec
 from service.kernels import LikelihoodResult
@@ -25,6 +26,7 @@ from service.requests import (
     AttentionOutput,
     AttentionRequest,
     LikelihoodRequest,
+    SampleRequest,
     SoftmaxOutput,
     SoftmaxRequest,
 )
@@ -38,7 +40,7 @@ BOOL = ("BOOL",)
 # "FLOAT" in an output's datatype: FP64 or FP32, following the request's precision.
 FOLLOWS_PRECISION = "FLOAT"
 
-Request = AttentionRequest | SoftmaxRequest | LikelihoodRequest
+Request = AttentionRequest | SoftmaxRequest | LikelihoodRequest | SampleRequest
 
 
 @dataclass(frozen=True)
@@ -197,5 +199,24 @@ LOG_LIKELIHOOD = Model(
     build=_build_likelihood,
 )
 
-MODELS: dict[str, Model] = {model.name: model for model in (ATTENTION, SOFTMAX, LOG_LIKELIHOOD)}
+
+def _build_sample(arrays: dict[str, Any], options: dict[str, Any], outputs: frozenset[str]) -> SampleRequest:
+    return SampleRequest(**arrays, **options)
+
+
+SAMPLE = Model(
+    name="sample",
+    schema_name="Sample",
+    description="Seeded draws after temperature, top-k, top-p and min-p (as POST /v1/sample).",
+    inputs={"logits": InputSpec(FLOAT, (-1, -1)), "mask": InputSpec(BOOL, (-1, -1), required=False)},
+    parameters=parameters_schema(SampleRequestSchema, "SampleParameters", exclude=("logits", "mask")),
+    outputs=_outputs(
+        OutputSpec("tokens", "INT64", (-1, -1), lambda r: r.tokens),
+        OutputSpec("logprobs", "FP64", (-1, -1), lambda r: r.logprobs),
+        OutputSpec("seed", "INT64", (), lambda r: np.asarray(r.seed, dtype=np.int64)),
+    ),
+    build=_build_sample,
+)
+
+MODELS: dict[str, Model] = {model.name: model for model in (ATTENTION, SOFTMAX, LOG_LIKELIHOOD, SAMPLE)}
 VERSION = "1"

@@ -1,0 +1,75 @@
+"""POST /v1/sample: request and response."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from marshmallow import Schema, fields, post_load
+
+from service.api.schemas.common import within
+from service.api.schemas.softmax import SoftmaxRequestSchema
+from service.kernels import SampleResult
+from service.requests import SampleRequest
+from service.web.arrays import Array
+from service.web.fields import StrictFloat, StrictInteger
+
+
+class SampleRequestSchema(Schema):
+    logits = Array.of(
+        SampleRequest.ARRAYS["logits"],
+        required=True,
+        metadata={"description": "Logits; each row over the last axis is a distribution to draw from."},
+    )
+    temperature = StrictFloat(
+        load_default=1.0,
+        validate=within(SampleRequest.TEMPERATURE),
+        metadata={"description": "Divides the logits; 0 is greedy: the argmax, the lowest index on ties."},
+    )
+    # The distribution's other options are softmax's, so both document (and check) the same meaning.
+    mask = SoftmaxRequestSchema._declared_fields["mask"]
+    top_k = SoftmaxRequestSchema._declared_fields["top_k"]
+    top_p = SoftmaxRequestSchema._declared_fields["top_p"]
+    min_p = SoftmaxRequestSchema._declared_fields["min_p"]
+    num_samples = StrictInteger(
+        load_default=1,
+        validate=within(SampleRequest.NUM_SAMPLES),
+        metadata={"description": "Independent draws per row, with replacement."},
+    )
+    seed = StrictInteger(
+        validate=within(SampleRequest.SEED),
+        metadata={
+            "description": "Seeds NumPy's PCG64; the same request and seed give the same tokens on every "
+            "machine. Absent: a fresh seed, returned in the answer. At most 2^53 - 1, so that JavaScript "
+            "holds it exactly."
+        },
+    )
+
+    @post_load
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> SampleRequest:
+        """The typed request: its own checks (shapes, ranges) raise errors naming the field."""
+        return SampleRequest(**data)
+
+
+class SampleResponseSchema(Schema):
+    tokens = Array(
+        kind="integer",
+        required=True,
+        metadata={
+            "description": "Drawn token indices, [..., num_samples]: the logits' batch dims, then the draws."
+        },
+    )
+    logprobs = Array(
+        required=True,
+        metadata={
+            "description": "Natural-log probability of each drawn token under the distribution, "
+            "[..., num_samples]."
+        },
+    )
+    seed = fields.Integer(
+        required=True, metadata={"description": "The seed used: send it back to repeat the draw."}
+    )
+
+
+def sample_response(result: SampleResult) -> dict[str, Any]:
+    """The response body for ``result``."""
+    return {"tokens": result.tokens, "logprobs": result.logprobs, "seed": result.seed}

@@ -1,0 +1,84 @@
+"""The typed sampling request."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from service.kernels import MAX_NUM_SAMPLES, MAX_SEED, SampleResult, sample, sample_shapes
+from service.requests._common import AnyArray, ArraySpec, Bound, Range, Work, integer, number
+from service.requests._softmax import SoftmaxRequest
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Draw ``num_samples`` tokens from each row of ``logits``, from the distribution softmax shows."""
+
+    ARRAYS: ClassVar[dict[str, ArraySpec]] = SoftmaxRequest.ARRAYS
+    TEMPERATURE: ClassVar[Range] = SoftmaxRequest.TEMPERATURE  # 0 is greedy: the first argmax
+    TOP_K: ClassVar[Range] = SoftmaxRequest.TOP_K
+    TOP_P: ClassVar[Range] = SoftmaxRequest.TOP_P
+    MIN_P: ClassVar[Range] = SoftmaxRequest.MIN_P
+    NUM_SAMPLES: ClassVar[Range] = Range(minimum=1, maximum=MAX_NUM_SAMPLES)
+    SEED: ClassVar[Range] = Range(minimum=0, maximum=MAX_SEED)
+
+    logits: AnyArray
+    mask: AnyArray | None = None
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    min_p: float | None = None
+    num_samples: int = 1
+    seed: int | None = None
+    shape: tuple[int, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, spec in self.ARRAYS.items():
+            array = getattr(self, name)
+            if array is not None:
+                spec.check(array, field=name)
+        set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
+        set_(self, "temperature", number(self.temperature, field="temperature", allowed=self.TEMPERATURE))
+        if self.top_k is not None:
+            set_(self, "top_k", integer(self.top_k, field="top_k", allowed=self.TOP_K))
+        if self.top_p is not None:
+            set_(self, "top_p", number(self.top_p, field="top_p", allowed=self.TOP_P))
+        if self.min_p is not None:
+            set_(self, "min_p", number(self.min_p, field="min_p", allowed=self.MIN_P))
+        set_(self, "num_samples", integer(self.num_samples, field="num_samples", allowed=self.NUM_SAMPLES))
+        if self.seed is not None:
+            set_(self, "seed", integer(self.seed, field="seed", allowed=self.SEED))
+        mask_shape = None if self.mask is None else self.mask.shape
+        set_(
+            self,
+            "shape",
+            sample_shapes(self.logits.shape, mask_shape=mask_shape, num_samples=self.num_samples),
+        )
+
+    def work(self) -> Work:
+        """The distribution is worked through a block of rows at a time, the logits held whole (as
+        float64); the draws (tokens, log-probabilities and their uniforms) are held whole."""
+        distribution = math.prod(self.logits.shape)
+        draws = math.prod(self.shape)
+        return Work(
+            elements=max(distribution, draws),
+            bounds=(
+                Bound(distribution, "probabilities"),
+                Bound(draws, "draws (rows × num_samples)"),
+            ),
+            answer_elements=2 * draws + 1,  # tokens, logprobs and the seed
+        )
+
+    def run(self) -> SampleResult:
+        """The kernel's answer to this request."""
+        return sample(
+            self.logits,
+            temperature=self.temperature,
+            mask=self.mask,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            num_samples=self.num_samples,
+            seed=self.seed,
+        )
