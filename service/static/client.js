@@ -1,6 +1,6 @@
 // A small client for the attention service: one async function per endpoint.
 //
-//   import { attention, softmax, logLikelihood, ApiError } from "http://HOST/static/client.js";
+//   import { attention, softmax, logLikelihood, sample, ApiError } from "http://HOST/static/client.js";
 //   const answer = await attention({ query: [0, 1], key: [[1, 0], [0, 1]], value: [[6, 0], [0, 3]] });
 //
 // Every function takes the request body (as in openapi.yaml) and options { baseUrl, signal }, and resolves
@@ -74,7 +74,7 @@ export function attention(body, options) {
   return post("/v1/attention", body, options);
 }
 
-/** POST /v1/softmax: {logits, temperature?, mask?, top_k?, top_p?, include?, precision?}. */
+/** POST /v1/softmax: {logits, temperature?, mask?, top_k?, top_p?, min_p?, include?, precision?}. */
 export function softmax(body, options) {
   return post("/v1/softmax", body, options);
 }
@@ -85,4 +85,13 @@ export function softmax(body, options) {
  */
 export function logLikelihood(body, options) {
   return post("/v1/log-likelihood", body, options);
+}
+
+/**
+ * POST /v1/sample: {logits, temperature?, mask?, top_k?, top_p?, min_p?, num_samples?, seed?}, answering
+ * {tokens, logprobs, seed}. The same request with the same seed draws the same tokens; without a seed the
+ * service picks one and returns it (at most 2^53 - 1, so a JavaScript number holds it exactly).
+ */
+export function sample(body, options) {
+  return post("/v1/sample", body, options);
 }

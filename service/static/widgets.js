@@ -12,11 +12,13 @@
 import { AttentionHeatmap } from "./widgets/attention-heatmap.js";
 import { defineWidget } from "./widgets/base.js";
 import { SoftmaxTemperature } from "./widgets/softmax-temperature.js";
+import { TextGeneration } from "./widgets/text-generation.js";
 import { TokenLikelihood } from "./widgets/token-likelihood.js";
 
 export { defineWidget, formatNumber, readoutFor, ServiceWidget, viridis } from "./widgets/base.js";
-export { bigramLogits, bigramModel } from "./widgets/bigram.js";
+export { bigramLogits, bigramModel, ngramModel } from "./widgets/bigram.js";
 export { matrixTable } from "./widgets/matrix.js";
-export { AttentionHeatmap, SoftmaxTemperature, TokenLikelihood };
+export { AttentionHeatmap, SoftmaxTemperature, TextGeneration, TokenLikelihood };
 
-for (const widget of [AttentionHeatmap, SoftmaxTemperature, TokenLikelihood]) defineWidget(widget);
+for (const widget of [AttentionHeatmap, SoftmaxTemperature, TokenLikelihood, TextGeneration])
+  defineWidget(widget);

@@ -216,7 +216,7 @@ def test_api_errors_appear_beside_the_control_that_caused_them(
 
 def test_temperature_zero_makes_the_distribution_one_hot(page: Any, base_url: str, watch: Watch) -> None:
     open_playground(page, base_url)
-    slider = page.get_by_role("slider", name="Temperature")
+    slider = page.locator(SOFTMAX).get_by_role("slider", name="Temperature")
     slider.focus()
     answer = answered(page, SOFTMAX, lambda: page.keyboard.press("Home"), until="answer.temperature === 0")
     assert answer["temperature"] == 0

@@ -36,3 +36,26 @@ export function bigramLogits(corpus, tokens, smoothing = 0.1) {
     targets: tokens.map((word) => index.get(word)),
   };
 }
+
+/**
+ * The bigram model extended to a trigram one (order 3, the default) for generating text: `logits(context)` is
+ * log(count(last two words → v) + α) for each word v of `vocabulary`, backing off to the bigram row of the last
+ * word when that pair never occurred (so an unseen pair does not become a uniform guess); order 2 is the bigram.
+ */
+export function ngramModel(corpus, { order = 3, smoothing = 0.1, extra = [] } = {}) {
+  const bigram = bigramModel(corpus, { extra, smoothing });
+  const { vocabulary, index } = bigram;
+  const training = tokenize(corpus);
+  const pairs = new Map(); // "w1 w2" → counts of the word after them, one per vocabulary entry
+  for (let t = 2; t < training.length; t++) {
+    const pair = `${training[t - 2]} ${training[t - 1]}`;
+    if (!pairs.has(pair)) pairs.set(pair, new Array(vocabulary.length).fill(0));
+    pairs.get(pair)[index.get(training[t])] += 1;
+  }
+  const logits = (context) => {
+    const pair = order >= 3 && context.length >= 2 ? `${context.at(-2)} ${context.at(-1)}` : null;
+    const counts = pair === null ? undefined : pairs.get(pair);
+    return counts ? counts.map((count) => Math.log(count + smoothing)) : bigram.logitsAfter(context.at(-1));
+  };
+  return { vocabulary, logits };
+}
