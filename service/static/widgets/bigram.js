@@ -38,9 +38,10 @@ export function bigramLogits(corpus, tokens, smoothing = 0.1) {
 }
 
 /**
- * The bigram model extended to a trigram one (order 3, the default) for generating text: `logits(context)` is
- * log(count(last two words → v) + α) for each word v of `vocabulary`, backing off to the bigram row of the last
- * word when that pair never occurred (so an unseen pair does not become a uniform guess); order 2 is the bigram.
+ * The bigram model extended to a trigram one (order 3, the default) for generating text: `logits(context)`
+ * is log(count(last two words → v) + α) for each word v of `vocabulary`, backing off to the bigram row of
+ * the last word when that pair never occurred (so an unseen pair does not become a uniform guess); order 2
+ * is the bigram model.
  */
 export function ngramModel(corpus, { order = 3, smoothing = 0.1, extra = [] } = {}) {
   const bigram = bigramModel(corpus, { extra, smoothing });
