@@ -257,7 +257,7 @@ def test_an_answer_to_a_temperature_the_slider_has_left_is_never_drawn(page: Any
         held.append(route)
 
     page.route("**/v1/softmax", hold)
-    slider = page.get_by_role("slider", name="Temperature")
+    slider = page.locator(SOFTMAX).get_by_role("slider", name="Temperature")
     slider.focus()
     page.keyboard.press("Home")  # temperature 0
     page.clock.run_for(1000)  # the debounce fires: the request for temperature 0 is sent, and held
