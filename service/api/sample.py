@@ -20,6 +20,7 @@ blp = Blueprint(
 
 
 @blp.route("/sample", methods=["POST"])
+@blp.doc(operationId="sample")
 @blp.arguments(SampleRequestSchema(), example=SAMPLE_EXAMPLE_REQUEST)
 @blp.response(200, SampleResponseSchema, example=SAMPLE_EXAMPLE_RESPONSE)
 @document_compute_errors(blp)

@@ -23,7 +23,11 @@ REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
     ),
     "/v1/softmax": (
         {"logits": [2.0, 1.0, 0.1]},
-        ["temperature", "mask", "top_k", "top_p", "include", "precision"],
+        ["temperature", "mask", "top_k", "top_p", "min_p", "include", "precision"],
+    ),
+    "/v1/sample": (
+        {"logits": [2.0, 1.0, 0.1]},
+        ["temperature", "mask", "top_k", "top_p", "min_p", "num_samples", "seed"],
     ),
     "/v1/log-likelihood": (
         {"logits": [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3]], "targets": [0, 1]},
@@ -35,8 +39,9 @@ REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
 @pytest.mark.parametrize("path", list(REQUESTS))
 def test_null_optional_fields_get_their_defaults(client: FlaskClient, path: str) -> None:
     required, optional = REQUESTS[path]
-    without = client.post(path, json=required)
-    with_nulls = client.post(path, json={**required, **dict.fromkeys(optional)})
+    seeded = {"seed": 3} if path == "/v1/sample" else {}  # both draw with one seed (null: a fresh one)
+    without = client.post(path, json={**required, **seeded})
+    with_nulls = client.post(path, json={**required, **dict.fromkeys(optional), **seeded})
     assert without.status_code == with_nulls.status_code == 200, with_nulls.get_data(as_text=True)
     assert with_nulls.get_data() == without.get_data()  # the same machine: the very same answer
 

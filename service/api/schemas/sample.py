@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from marshmallow import Schema, fields, post_load
+from marshmallow import fields, post_load
 
 from service.api.schemas.common import within
 from service.api.schemas.softmax import SoftmaxRequestSchema
@@ -12,9 +12,10 @@ from service.kernels import SampleResult
 from service.requests import SampleRequest
 from service.web.arrays import Array
 from service.web.fields import StrictFloat, StrictInteger
+from service.web.schemas import RequestSchema, ResponseSchema
 
 
-class SampleRequestSchema(Schema):
+class SampleRequestSchema(RequestSchema):
     logits = Array.of(
         SampleRequest.ARRAYS["logits"],
         required=True,
@@ -50,7 +51,7 @@ class SampleRequestSchema(Schema):
         return SampleRequest(**data)
 
 
-class SampleResponseSchema(Schema):
+class SampleResponseSchema(ResponseSchema):
     tokens = Array(
         kind="integer",
         required=True,
