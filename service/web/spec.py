@@ -39,7 +39,7 @@ SPEC_CONFIG: dict[str, Any] = {
     },
 }
 
-_ALLOWED_FIELDS = "include, logits, mask, precision, temperature, top_k, top_p"
+_ALLOWED_FIELDS = "include, logits, mask, min_p, precision, temperature, top_k, top_p"
 # Real answers of this service (tests/test_contract.py replays the requests), shown with the shared error
 # responses. The request ids are examples: each answer carries its own.
 PROBLEM_EXAMPLES: dict[int, dict[str, dict[str, Any]]] = {
