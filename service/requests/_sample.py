@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from service.kernels import MAX_NUM_SAMPLES, MAX_SEED, SampleResult, sample, sample_shapes
-from service.requests._common import AnyArray, ArraySpec, Bound, Range, Work, integer, number
-from service.requests._softmax import SoftmaxRequest
+from service.requests._common import AnyArray, ArraySpec, Bound, Range, Work, integer
+from service.requests._softmax import SoftmaxRequest, check_distribution
 
 
 @dataclass(frozen=True)
@@ -34,18 +34,8 @@ class SampleRequest:
     shape: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, spec in self.ARRAYS.items():
-            array = getattr(self, name)
-            if array is not None:
-                spec.check(array, field=name)
+        check_distribution(self)
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
-        set_(self, "temperature", number(self.temperature, field="temperature", allowed=self.TEMPERATURE))
-        if self.top_k is not None:
-            set_(self, "top_k", integer(self.top_k, field="top_k", allowed=self.TOP_K))
-        if self.top_p is not None:
-            set_(self, "top_p", number(self.top_p, field="top_p", allowed=self.TOP_P))
-        if self.min_p is not None:
-            set_(self, "min_p", number(self.min_p, field="min_p", allowed=self.MIN_P))
         set_(self, "num_samples", integer(self.num_samples, field="num_samples", allowed=self.NUM_SAMPLES))
         if self.seed is not None:
             set_(self, "seed", integer(self.seed, field="seed", allowed=self.SEED))

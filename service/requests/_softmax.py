@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from service.kernels import SoftmaxResult, softmax, softmax_shapes
 from service.requests._common import (
@@ -20,6 +20,9 @@ from service.requests._common import (
     names,
     number,
 )
+
+if TYPE_CHECKING:  # sample builds on softmax, not the other way round
+    from service.requests._sample import SampleRequest
 
 SoftmaxOutput = Literal["log_probabilities"]
 
@@ -48,18 +51,8 @@ class SoftmaxRequest:
     shape: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, spec in self.ARRAYS.items():
-            array = getattr(self, name)
-            if array is not None:
-                spec.check(array, field=name)
+        check_distribution(self)
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
-        set_(self, "temperature", number(self.temperature, field="temperature", allowed=self.TEMPERATURE))
-        if self.top_k is not None:
-            set_(self, "top_k", integer(self.top_k, field="top_k", allowed=self.TOP_K))
-        if self.top_p is not None:
-            set_(self, "top_p", number(self.top_p, field="top_p", allowed=self.TOP_P))
-        if self.min_p is not None:
-            set_(self, "min_p", number(self.min_p, field="min_p", allowed=self.MIN_P))
         set_(self, "include", names(self.include, SoftmaxOutput, field="include"))
         set_(self, "precision", choice(self.precision, Precision, field="precision"))
         mask_shape = None if self.mask is None else self.mask.shape
@@ -87,3 +80,25 @@ class SoftmaxRequest:
             min_p=self.min_p,
             dtype=PRECISIONS[self.precision],
         )
+
+
+def check_distribution(request: SoftmaxRequest | SampleRequest) -> None:
+    """Check and normalize, in place, what softmax and sample share: the logits and mask, the temperature and
+    the truncation (top-k, top-p, min-p). Both requests name these fields alike and refuse them alike, since
+    ``/v1/softmax`` shows exactly the distribution ``/v1/sample`` draws from."""
+    for name, spec in SoftmaxRequest.ARRAYS.items():
+        array = getattr(request, name)
+        if array is not None:
+            spec.check(array, field=name)
+    set_ = object.__setattr__  # frozen: the checked, normalized values are set once, by __post_init__
+    set_(
+        request,
+        "temperature",
+        number(request.temperature, field="temperature", allowed=SoftmaxRequest.TEMPERATURE),
+    )
+    if request.top_k is not None:
+        set_(request, "top_k", integer(request.top_k, field="top_k", allowed=SoftmaxRequest.TOP_K))
+    if request.top_p is not None:
+        set_(request, "top_p", number(request.top_p, field="top_p", allowed=SoftmaxRequest.TOP_P))
+    if request.min_p is not None:
+        set_(request, "min_p", number(request.min_p, field="min_p", allowed=SoftmaxRequest.MIN_P))
