@@ -88,6 +88,23 @@ export function logLikelihood(body, options) {
 }
 
 /**
+ * POST /v1/multi-head-attention: {query, key?, value?, w_q, w_k, w_v, w_o, b_q?, b_k?, b_v?, b_o?, num_heads,
+ * num_kv_heads?, and every option of attention}, answering {output} and, on request (include), the per-head
+ * weights and scores, the head outputs before w_o, and the projected q, k, v.
+ */
+export function multiHeadAttention(body, options) {
+  return post("/v1/multi-head-attention", body, options);
+}
+
+/**
+ * POST /v1/positional-encoding: {kind: "sinusoidal", positions? | length?, d_model, base?} answering {encoding},
+ * or {kind: "rotary", x, positions?, base?, style?, dim?, include?} answering {output} (and cos/sin on request).
+ */
+export function positionalEncoding(body, options) {
+  return post("/v1/positional-encoding", body, options);
+}
+
+/**
  * POST /v1/sample: {logits, temperature?, mask?, top_k?, top_p?, min_p?, num_samples?, seed?}, answering
  * {tokens, logprobs, seed}. The same request with the same seed draws the same tokens; without a seed the
  * service picks one and returns it (at most 2^53 - 1, so a JavaScript number holds it exactly).
