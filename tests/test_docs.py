@@ -168,3 +168,22 @@ def test_the_curl_examples_in_docs_layers_are_the_services_answers() -> None:
     client = create_app({"TESTING": True}).test_client()
     for path, body, answer in examples:
         assert client.post(path, json=json.loads(body)).get_json() == json.loads(answer), path
+
+
+def test_docs_widgets_lists_every_widget_and_every_client_function() -> None:
+    # A widget or client function added without a line in docs/widgets.md fails here, and so does a line
+    # left behind for one that was removed.
+    static = ROOT / "service" / "static"
+    widgets = ROOT / "docs" / "widgets.md"
+    text = widgets.read_text(encoding="utf-8")
+    tags = {
+        match
+        for module in (static / "widgets").glob("*.js")
+        for match in re.findall(r'static tag = "([a-z-]+)"', module.read_text(encoding="utf-8"))
+    }
+    assert tags >= {"attention-heatmap", "softmax-temperature", "token-likelihood", "text-generation"}
+    assert set(re.findall(r"^\| `<([a-z-]+)>` \|", text, flags=re.MULTILINE)) == tags
+    functions = set(
+        re.findall(r"^export function (\w+)\(body, options\)", (static / "client.js").read_text(), re.M)
+    )
+    assert set(re.findall(r"^\| `(\w+)\(body, options\)` \|", text, flags=re.MULTILINE)) == functions
