@@ -2,7 +2,16 @@
 // (a heatmap) and the output. Every cell's full value shows on hover and on keyboard focus (matrix.js).
 
 import { attention } from "../client.js";
-import { debounce, formatNumber, h, parseNumbers, readoutFor, ServiceWidget, words } from "./base.js";
+import {
+  debounce,
+  formatNumber,
+  h,
+  parseNumbers,
+  readoutFor,
+  ServiceWidget,
+  seededRandom,
+  words,
+} from "./base.js";
 import { cellOf, keepCellFocus, MATRIX_CSS, matrixTable } from "./matrix.js";
 
 const WORKED_EXAMPLE = {
@@ -54,18 +63,6 @@ function parseRows(text) {
 
 function rowsToText(rows) {
   return rows.map((row) => row.join(" ")).join("\n");
-}
-
-/** A small seeded generator (mulberry32), so "random, seeded" examples are the same every time. */
-function seededRandom(seed) {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Masked scaled dot-product attention, step by step, from the service's answers. */

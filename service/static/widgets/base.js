@@ -50,6 +50,21 @@ export function h(tag, attributes = {}, ...children) {
   return node;
 }
 
+/**
+ * A small seeded generator (mulberry32): `() => number` in [0, 1), the same sequence for the same seed, so
+ * "random, seeded" examples are the same every time and on every machine.
+ */
+export function seededRandom(seed) {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
 export function debounce(fn, ms) {
   let timer;
   return (...args) => {
