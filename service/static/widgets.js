@@ -11,6 +11,7 @@
 
 import { AttentionHeatmap } from "./widgets/attention-heatmap.js";
 import { defineWidget } from "./widgets/base.js";
+import { MultiHeadAttention } from "./widgets/multi-head-attention.js";
 import { SoftmaxTemperature } from "./widgets/softmax-temperature.js";
 import { TextGeneration } from "./widgets/text-generation.js";
 import { TokenLikelihood } from "./widgets/token-likelihood.js";
@@ -18,7 +19,13 @@ import { TokenLikelihood } from "./widgets/token-likelihood.js";
 export { defineWidget, formatNumber, readoutFor, ServiceWidget, viridis } from "./widgets/base.js";
 export { bigramLogits, bigramModel, ngramModel } from "./widgets/bigram.js";
 export { matrixTable } from "./widgets/matrix.js";
-export { AttentionHeatmap, SoftmaxTemperature, TextGeneration, TokenLikelihood };
+export { AttentionHeatmap, MultiHeadAttention, SoftmaxTemperature, TextGeneration, TokenLikelihood };
 
-for (const widget of [AttentionHeatmap, SoftmaxTemperature, TokenLikelihood, TextGeneration])
+for (const widget of [
+  AttentionHeatmap,
+  SoftmaxTemperature,
+  TokenLikelihood,
+  TextGeneration,
+  MultiHeadAttention,
+])
   defineWidget(widget);
