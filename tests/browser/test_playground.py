@@ -95,7 +95,7 @@ def test_causal_toggle_zeroes_every_weight_above_the_diagonal(page: Any, base_ur
     before = matrix(page, "weights")
     assert len(before) == 6
     assert any(float(before[i][j]) > 0 for i in range(6) for j in range(i + 1, 6))
-    answered(page, ATTENTION, lambda: page.get_by_label("Causal mask").check())
+    answered(page, ATTENTION, lambda: page.locator(ATTENTION).get_by_label("Causal mask").check())
     weights = matrix(page, "weights")
     masked = matrix(page, "masked")
     for i in range(6):
@@ -108,12 +108,12 @@ def test_causal_toggle_zeroes_every_weight_above_the_diagonal(page: Any, base_ur
 
 def test_hiding_a_key_and_setting_the_scale_are_the_services_answers(page: Any, base_url: str) -> None:
     open_playground(page, base_url)
-    answered(page, ATTENTION, lambda: page.get_by_label("k₂ (2)").uncheck())
+    answered(page, ATTENTION, lambda: page.locator(ATTENTION).get_by_label("k₂ (2)").uncheck())
     assert matrix(page, "masked")[0][1] == "−∞"
     assert matrix(page, "weights") == [["1.0000", "0.0000"]]
     assert matrix(page, "output") == [["6.0000", "0.0000"]]
-    answered(page, ATTENTION, lambda: page.get_by_label("k₂ (2)").check())
-    answered(page, ATTENTION, lambda: page.get_by_label("Scale").fill("2"))
+    answered(page, ATTENTION, lambda: page.locator(ATTENTION).get_by_label("k₂ (2)").check())
+    answered(page, ATTENTION, lambda: page.locator(ATTENTION).get_by_label("Scale").fill("2"))
     worked = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]], "scale": 2}
     expected = post(base_url, "/v1/attention", worked)
     assert matrix(page, "scaled") == [["0.0000", "2.0000"]]
@@ -152,7 +152,7 @@ def test_keyboard_focus_on_a_heatmap_cell_shows_its_value_as_hover_does(
     )
     weights = post(base_url, "/v1/attention", {**sent, "include": ["weights"]})["weights"]
     # Tab from the last key's toggle: each step's table is one Tab stop, the weights are the fourth.
-    page.get_by_label("mat (6)").focus()
+    page.locator(ATTENTION).get_by_label("mat (6)").focus()
     reached = []
     for _ in range(4):
         page.keyboard.press("Tab")
@@ -203,7 +203,7 @@ def test_api_errors_appear_beside_the_control_that_caused_them(
 ) -> None:
     watch.expected.append("status of 422")  # Chromium logs every refused fetch; the refusal is the point here
     open_playground(page, base_url)
-    keys = page.get_by_label("Keys K (one row per key)")
+    keys = page.locator(ATTENTION).get_by_label("Keys K (one row per key)")
     keys.fill("1 0 0\n0 1 0")
     error = page.locator(f"{ATTENTION} .control:has(textarea[data-matrix=key]) .error")
     page.wait_for_function(
@@ -480,7 +480,7 @@ def test_screenshots_of_the_playground_at_desktop_and_phone_width(
 ) -> None:
     open_playground(page, base_url)
     answered(page, ATTENTION, lambda: page.get_by_role("button", name="Random, seeded").click())
-    answered(page, ATTENTION, lambda: page.get_by_label("Causal mask").check())
+    answered(page, ATTENTION, lambda: page.locator(ATTENTION).get_by_label("Causal mask").check())
     page.screenshot(path=str(screenshots / "playground.png"), full_page=True)
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(base_url + "/")
