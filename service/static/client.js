@@ -97,8 +97,9 @@ export function multiHeadAttention(body, options) {
 }
 
 /**
- * POST /v1/positional-encoding: {kind: "sinusoidal", positions? | length?, d_model, base?} answering {encoding},
- * or {kind: "rotary", x, positions?, base?, style?, dim?, include?} answering {output} (and cos/sin on request).
+ * POST /v1/positional-encoding: {kind: "sinusoidal", positions? | length?, d_model, base?} answering
+ * {encoding}, or {kind: "rotary", x, positions?, base?, style?, dim?, include?} answering {output} (and
+ * cos/sin on request).
  */
 export function positionalEncoding(body, options) {
   return post("/v1/positional-encoding", body, options);
