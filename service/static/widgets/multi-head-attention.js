@@ -32,7 +32,8 @@ const STREAM = { embedding: 1, query: 2, key: 3, value: 4, output: 5 };
 
 const CSS = `${MATRIX_CSS}
   .heads { display: flex; flex-wrap: wrap; gap: 10px; align-items: flex-start; margin: 6px 0 14px; }
-  .head { border: 3px solid var(--kv); border-radius: 8px; padding: 4px; width: min-content; max-width: 100%; }
+  .head { border: 3px solid var(--kv); border-radius: 8px; padding: 4px; width: min-content;
+          max-width: 100%; }
   .head td { min-width: 0; padding: 3px; font-size: 12px; }
   .head th { padding: 2px 4px; font-size: 12px; }
   .kv { display: flex; align-items: center; gap: 6px; font-size: 12px; color: #333; margin: 4px 0 0; }
@@ -324,9 +325,9 @@ export class MultiHeadAttention extends ServiceWidget {
     });
     const intro =
       `Each head projects the tokens to its own queries, keys and values (d_k = ${D_HEAD}), scales their ` +
-      `dot products by ${formatNumber(answer.scale)} and takes a softmax per row: the weights of each query ` +
-      "(q, a row) over the keys (k, the columns), coloured from 0 to 1. Hover over a cell, or move to it " +
-      "with Tab and the arrow keys, for its value.";
+      `dot products by ${formatNumber(answer.scale)} and takes a softmax per row: the weights of each ` +
+      "query (q, a row) over the keys (k, the columns), coloured from 0 to 1. Hover over a cell, or move " +
+      "to it with Tab and the arrow keys, for its value.";
     this.output.replaceChildren(
       h("p", { class: "muted", text: intro }),
       h("p", { class: "groups", text: summary }),
