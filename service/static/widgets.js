@@ -12,6 +12,7 @@
 import { AttentionHeatmap } from "./widgets/attention-heatmap.js";
 import { defineWidget } from "./widgets/base.js";
 import { MultiHeadAttention } from "./widgets/multi-head-attention.js";
+import { PositionalEncoding } from "./widgets/positional-encoding.js";
 import { SoftmaxTemperature } from "./widgets/softmax-temperature.js";
 import { TextGeneration } from "./widgets/text-generation.js";
 import { TokenLikelihood } from "./widgets/token-likelihood.js";
@@ -19,7 +20,14 @@ import { TokenLikelihood } from "./widgets/token-likelihood.js";
 export { defineWidget, formatNumber, readoutFor, ServiceWidget, viridis } from "./widgets/base.js";
 export { bigramLogits, bigramModel, ngramModel } from "./widgets/bigram.js";
 export { matrixTable } from "./widgets/matrix.js";
-export { AttentionHeatmap, MultiHeadAttention, SoftmaxTemperature, TextGeneration, TokenLikelihood };
+export {
+  AttentionHeatmap,
+  MultiHeadAttention,
+  PositionalEncoding,
+  SoftmaxTemperature,
+  TextGeneration,
+  TokenLikelihood,
+};
 
 for (const widget of [
   AttentionHeatmap,
@@ -27,5 +35,6 @@ for (const widget of [
   TokenLikelihood,
   TextGeneration,
   MultiHeadAttention,
+  PositionalEncoding,
 ])
   defineWidget(widget);
