@@ -126,7 +126,7 @@ export class PositionalEncoding extends ServiceWidget {
           field: "d_model",
           hint: "even: sin and cos pairs",
         }),
-        this.control("Base", number("base", { min: 1, step: "any" }), { field: "base" }),
+        this.control("Base", number("base", { step: "any" }), { field: "base" }),
         this.control("Rotary style", style, { field: "style" }),
         pairControl,
         this.control("Seed", number("seed", { min: 0, step: 1 }), { hint: "of x, q and k" }),
