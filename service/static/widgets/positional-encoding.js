@@ -44,7 +44,7 @@ function svg(tag, attributes = {}, ...children) {
   return node;
 }
 
-/** A number typed into a control: empty is null; text that is not a number is kept for the service to name. */
+/** A number typed into a control: empty is null; what is not a number is kept, for the service to name. */
 function typedNumber(text) {
   return text.trim() === "" ? null : parseNumbers(text)[0];
 }
@@ -208,9 +208,9 @@ export class PositionalEncoding extends ServiceWidget {
       h("p", {
         class: "muted",
         text:
-          "PE(pos, 2i) = sin(pos / base^(2i/d_model)) in the even columns, PE(pos, 2i+1) = cos(…) in the odd " +
-          "ones: the first columns change fast with the position, the last ones slowly. Coloured from the " +
-          "smallest value to the largest; hover over a cell, or move to it with Tab and the arrow keys.",
+          "PE(pos, 2i) = sin(pos / base^(2i/d_model)) in the even columns, PE(pos, 2i+1) = cos(…) in the " +
+          "odd ones: the first columns change fast with the position, the last ones slowly. Coloured from " +
+          "the smallest value to the largest; hover over a cell, or move to it with Tab and the arrow keys.",
       }),
       table,
       readout,
@@ -256,8 +256,8 @@ export class PositionalEncoding extends ServiceWidget {
         text:
           `One vector x (d = ${d}, seeded) at positions 0 … ${n - 1}. Rotary turns each pair i of its ` +
           `dimensions by the angle p·θᵢ, θᵢ = base^(−2i/d); shown: pair ${pair}, dimensions ${a} and ${b} ` +
-          `(${styleWords}). Each point is the service's rotated (x${a}, x${b}) at position p: the pair keeps ` +
-          "its length and only turns. Low pairs turn fast, high pairs slowly.",
+          `(${styleWords}). Each point is the service's rotated (x${a}, x${b}) at position p: the pair ` +
+          "keeps its length and only turns. Low pairs turn fast, high pairs slowly.",
       }),
       h("div", { class: "rotation" }, circle, table),
       readout,
@@ -303,10 +303,10 @@ export class PositionalEncoding extends ServiceWidget {
         class: "muted",
         text:
           "The same query q at every position i and the same key k at every position j; the scores q·k " +
-          "(scale 1) are /v1/attention's with its rotary option. Each diagonal (one distance i − j) holds one " +
-          "value: rotating both by their positions leaves only the difference of the angles. Adding the " +
-          "sinusoidal table to q and k instead (no rotary) gives scores that change along the diagonals: " +
-          "they depend on where the pair sits, not only on how far apart.",
+          "(scale 1) are /v1/attention's with its rotary option. Each diagonal (one distance i − j) holds " +
+          "one value: rotating both by their positions leaves only the difference of the angles. Adding " +
+          "the sinusoidal table to q and k instead (no rotary) gives scores that change along the " +
+          "diagonals: they depend on where the pair sits, not only on how far apart.",
       }),
       grid,
       readout,
