@@ -11,6 +11,7 @@
 
 import { AttentionHeatmap } from "./widgets/attention-heatmap.js";
 import { defineWidget } from "./widgets/base.js";
+import { KvCache } from "./widgets/kv-cache.js";
 import { MultiHeadAttention } from "./widgets/multi-head-attention.js";
 import { PositionalEncoding } from "./widgets/positional-encoding.js";
 import { SoftmaxTemperature } from "./widgets/softmax-temperature.js";
@@ -22,6 +23,7 @@ export { bigramLogits, bigramModel, ngramModel } from "./widgets/bigram.js";
 export { matrixTable } from "./widgets/matrix.js";
 export {
   AttentionHeatmap,
+  KvCache,
   MultiHeadAttention,
   PositionalEncoding,
   SoftmaxTemperature,
@@ -36,5 +38,6 @@ for (const widget of [
   TextGeneration,
   MultiHeadAttention,
   PositionalEncoding,
+  KvCache,
 ])
   defineWidget(widget);
