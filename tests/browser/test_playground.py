@@ -58,7 +58,8 @@ def answered(page: Any, widget: str, action: Callable[[], None], until: str = "t
 def open_playground(page: Any, base_url: str) -> None:
     """The playground with every widget's first answer shown, so that later requests are the test's."""
     page.goto(base_url + "/")
-    for widget in (ATTENTION, SOFTMAX, LIKELIHOOD, "text-generation"):  # the last also posts to /v1/softmax
+    # text-generation also posts to /v1/softmax, kv-cache to /v1/attention: their first answers come first
+    for widget in (ATTENTION, SOFTMAX, LIKELIHOOD, "text-generation", "kv-cache"):
         page.wait_for_selector(f"{widget}[data-state=ready]", state="attached")
 
 

@@ -44,7 +44,7 @@ const CSS = `${MATRIX_CSS}
   .sizes td, .sizes th { text-align: right; }
   .sizes th[scope=row] { text-align: left; font-weight: 400; }
   .sizes tr.this th { font-weight: 700; }
-  .bar { display: inline-block; width: 160px; height: 12px; background: #f3f3f6; border-radius: 3px;
+  .bar { display: inline-block; width: min(160px, 18vw); height: 12px; background: #f3f3f6; border-radius: 3px;
          overflow: hidden; vertical-align: middle; }
   .bar span { display: block; height: 100%; background: #21918c; }
 `;
