@@ -77,6 +77,12 @@ export class KvCache extends ServiceWidget {
     this.stopPlaying();
   }
 
+  /** New data is a new run: a run being played stops. */
+  build() {
+    if (this.state !== null) this.stopPlaying();
+    super.build();
+  }
+
   initialState(data) {
     const pick = (key) => (data[key] === undefined ? EXAMPLE[key] : data[key]);
     const tokens = Array.isArray(data.tokens) ? data.tokens.slice(0, MAX_TOKENS).map(String) : EXAMPLE.tokens;
