@@ -1,8 +1,9 @@
-// <kv-cache>: generation step by step with a key/value cache. Each step appends the new token's key and value
-// rows to the cache and asks the service (/v1/attention, causal, lower_right) for one attention row: the new
-// token's query over every cached key. Grouped key/value heads (enable_gqa) make the cache hold fewer heads; a
-// sliding window [left, 0] keeps only the last left + 1 tokens (a rolling cache: older rows are evicted). The
-// queries, keys and values are seeded inputs made in the page; the weights and outputs are the service's.
+// <kv-cache>: generation step by step with a key/value cache. Each step appends the new token's key and
+// value rows to the cache and asks the service (/v1/attention, causal, lower_right) for one attention row:
+// the new token's query over every cached key. Grouped key/value heads (enable_gqa) make the cache hold
+// fewer heads; a sliding window [left, 0] keeps only the last left + 1 tokens (a rolling cache: older rows
+// are evicted). The queries, keys and values are seeded inputs made in the page; the weights and outputs
+// are the service's.
 
 import { attention } from "../client.js";
 import { h, readoutFor, ServiceWidget, seededRandom } from "./base.js";
@@ -44,8 +45,8 @@ const CSS = `${MATRIX_CSS}
   .sizes td, .sizes th { text-align: right; }
   .sizes th[scope=row] { text-align: left; font-weight: 400; }
   .sizes tr.this th { font-weight: 700; }
-  .bar { display: inline-block; width: min(160px, 18vw); height: 12px; background: #f3f3f6; border-radius: 3px;
-         overflow: hidden; vertical-align: middle; }
+  .bar { display: inline-block; width: min(160px, 18vw); height: 12px; background: #f3f3f6;
+         border-radius: 3px; overflow: hidden; vertical-align: middle; }
   .bar span { display: block; height: 100%; background: #21918c; }
 `;
 
@@ -197,7 +198,7 @@ export class KvCache extends ServiceWidget {
     this.update();
   }
 
-  /** Back to an empty cache; a step still in flight is aborted (update() aborts the request it supersedes). */
+  /** Back to an empty cache; a step in flight is aborted (update() aborts the request it supersedes). */
   reset() {
     this.stopPlaying();
     this.state.steps = 0;
@@ -424,8 +425,9 @@ export class KvCache extends ServiceWidget {
       ),
     );
     const formula =
-      `Bytes per token = 2 (a key and a value) · H_kv · d_k · 8 bytes = 2 · ${config.kvHeads} · ${config.d} · 8 = ` +
-      `${perToken(config.kvHeads)}, for one layer; a model multiplies it by its layers. ` +
+      "Bytes per token = 2 (a key and a value) · H_kv · d_k · 8 bytes = " +
+      `2 · ${config.kvHeads} · ${config.d} · 8 = ${perToken(config.kvHeads)}, for one layer; ` +
+      "a model multiplies it by its layers. " +
       (windowed ? `The window [${config.window}, 0] caps the cache at ${config.window + 1} tokens.` : "");
     return h(
       "div",
@@ -447,9 +449,10 @@ export class KvCache extends ServiceWidget {
       const readers = Array.from({ length: config.heads }, (_, i) => i)
         .filter((i) => Math.floor(i / group) === head)
         .map((i) => i + 1);
+      const readBy = `query ${plural(readers.length, "head")} ${readers.join(", ")}`;
       const table = matrixTable({
         name: `cache-${head}`,
-        caption: `Key/value head ${head + 1} (read by query head${readers.length === 1 ? "" : "s"} ${readers.join(", ")})`,
+        caption: `Key/value head ${head + 1} (read by ${readBy})`,
         values: rows.map((row) => [...row.key[head], ...row.value[head]]),
         rows: labels,
         cols,
@@ -510,6 +513,11 @@ export class KvCache extends ServiceWidget {
       }),
     ];
   }
+}
+
+/** "1 head", "2 heads". */
+function plural(count, noun) {
+  return `${noun}${count === 1 ? "" : "s"}`;
 }
 
 /** The numbers that divide n, largest first. */
