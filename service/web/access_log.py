@@ -9,6 +9,7 @@ byte has been handed to the server, with the bytes actually sent.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -16,11 +17,13 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
-from flask import Flask, Response, request
+from flask import Flask, Response
+from flask.ctx import _AppCtxGlobals
+from flask.wrappers import Request
 
-from service.web.body import body_bytes_read
-from service.web.request_clock import request_seconds
-from service.web.request_id import current_request_id
+from service.web.body import bytes_read
+from service.web.hooks import request_steps
+from service.web.request_clock import seconds_since_start
 
 ACCESS_LOGGER = "service.access"
 # A claimed Content-Length is logged as it came only when it fits a signed 64-bit integer.
@@ -29,7 +32,13 @@ _LARGEST_LOGGED_INT = 2**63 - 1
 
 def _timestamp(now: float) -> str:
     seconds = int(now)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{int((now - seconds) * 1000):03d}Z"
+    return _whole_second(seconds) + f".{int((now - seconds) * 1000):03d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _whole_second(seconds: int) -> str:
+    # strftime once per second rather than once per line: it cost more than the rest of the timestamp
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def _encodable(value: Any) -> tuple[Any, bool]:
@@ -67,7 +76,7 @@ def write_line(fields: dict[str, Any], *, level: str = "info", message: str = "r
     sys.stdout.flush()
 
 
-def _declared_length(fields: dict[str, Any]) -> None:
+def _declared_length(request: Request, fields: dict[str, Any]) -> None:
     """Note a Content-Length that differs from the bytes read (clamped to 2^63 - 1 and flagged)."""
     declared = request.content_length
     if declared is not None and declared != fields["request_bytes"]:
@@ -104,28 +113,28 @@ class _CountedBody:
 
 def install_access_log(app: Flask) -> None:
     """When ``ACCESS_LOG`` is on, log every request once it has its response."""
-    if not app.config["ACCESS_LOG"]:
-        return
+    if app.config["ACCESS_LOG"]:
+        request_steps(app).add_after(_log)
 
-    @app.after_request
-    def _log(response: Response) -> Response:
-        duration = request_seconds() or 0.0
-        fields: dict[str, Any] = {
-            "method": request.method,
-            "path": request.path,
-            "status": response.status_code,
-            "duration_ms": round(duration * 1000, 3),
-            "bytes": 0,
-            "request_bytes": body_bytes_read(),
-            "request_id": current_request_id(),
-            "pid": os.getpid(),
-        }
-        _declared_length(fields)
-        if response.is_streamed and not response.direct_passthrough:
-            fields["streamed"] = True
-            started = time.perf_counter() - duration
-            response.response = _CountedBody(response.response, fields, started)
-            return response
-        fields["bytes"] = response.calculate_content_length() or 0
-        write_line(fields)
+
+def _log(request: Request, g: _AppCtxGlobals, response: Response) -> Response:
+    duration = seconds_since_start(g) or 0.0
+    fields: dict[str, Any] = {
+        "method": request.method,
+        "path": request.path,
+        "status": response.status_code,
+        "duration_ms": round(duration * 1000, 3),
+        "bytes": 0,
+        "request_bytes": bytes_read(request),
+        "request_id": getattr(g, "request_id", None),
+        "pid": os.getpid(),
+    }
+    _declared_length(request, fields)
+    if response.is_streamed and not response.direct_passthrough:
+        fields["streamed"] = True
+        started = time.perf_counter() - duration
+        response.response = _CountedBody(response.response, fields, started)
         return response
+    fields["bytes"] = response.calculate_content_length() or 0
+    write_line(fields)
+    return response

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hmac
 
-from flask import Flask, request
+from flask import Flask
+from flask.ctx import _AppCtxGlobals
+from flask.wrappers import Request
 
+from service.web.hooks import request_steps
 from service.web.problems import Problem
 
 PROTECTED_PREFIX = "/v1/"
@@ -54,8 +57,7 @@ def install_api_keys(app: Flask) -> None:
     if not keys:
         return
 
-    @app.before_request
-    def _require_key() -> None:
+    def _require_key(request: Request, g: _AppCtxGlobals) -> None:
         if request.method == "OPTIONS" or not is_protected(request.path):
             return
         token = _bearer_token(request.headers.get("Authorization"))
@@ -73,3 +75,5 @@ def install_api_keys(app: Flask) -> None:
                 slug="unauthorized",
                 headers={"WWW-Authenticate": f'{_CHALLENGE}, error="invalid_token"'},
             )
+
+    request_steps(app).add_before(_require_key)

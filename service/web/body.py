@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from flask import Flask, has_request_context, request
+from flask.wrappers import Request
 from werkzeug.exceptions import BadRequest
 
 _ENVIRON_KEY = "attention.body"
@@ -79,7 +80,12 @@ def body_bytes_read() -> int:
     """Bytes of the current request's body that the service has read so far (0 outside a request)."""
     if not has_request_context():
         return 0
-    counted: CountingInput | None = request.environ.get(_ENVIRON_KEY)
+    return bytes_read(request)
+
+
+def bytes_read(current_request: Request) -> int:
+    """:func:`body_bytes_read` for a request already in hand."""
+    counted: CountingInput | None = current_request.environ.get(_ENVIRON_KEY)
     return counted.bytes_read if counted is not None else 0
 
 

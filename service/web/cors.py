@@ -58,12 +58,16 @@ def _cached_cors_headers(options: Any) -> Any:
     cache: dict[_CacheKey, list[tuple[str, Any]]] = {}
 
     def cors_headers(response: Response) -> Response:
-        if response.headers.get(ACL_ORIGIN):
+        # getlist, not get: get raises and catches a werkzeug KeyError (an HTTPException) when it is absent
+        set_by_view = response.headers.getlist(ACL_ORIGIN)
+        if set_by_view and set_by_view[0]:
             return response  # set by a view already, as flask-cors's own hook respects
-        headers = request.headers
-        preflight = request.method == "OPTIONS"
+        current_request = request._get_current_object()  # type: ignore[attr-defined]  # once, not per use
+        headers = current_request.headers
+        method = current_request.method
+        preflight = method == "OPTIONS"
         key: _CacheKey = (
-            request.method if preflight else None,
+            method if preflight else None,
             headers.get("Origin"),
             headers.get(ACL_REQUEST_METHOD) if preflight else None,
             headers.get(ACL_REQUEST_HEADERS) if preflight else None,
@@ -71,7 +75,7 @@ def _cached_cors_headers(options: Any) -> Any:
         )
         to_set = cache.get(key)
         if to_set is None:
-            to_set = list(get_cors_headers(options, headers, request.method).items())
+            to_set = list(get_cors_headers(options, headers, method).items())
             if len(cache) < MAX_CACHED:
                 cache[key] = to_set
         for name, value in to_set:

@@ -14,8 +14,11 @@ import ctypes.util
 from collections.abc import Callable
 
 from flask import Flask, Response
+from flask.ctx import _AppCtxGlobals
+from flask.wrappers import Request
 
-from service.web.body import body_bytes_read
+from service.web.body import bytes_read
+from service.web.hooks import request_steps
 
 # Bodies at least this large leave enough behind to be worth a trim (the seed request is 100 bytes).
 LARGE_BODY_BYTES = 1024 * 1024
@@ -46,9 +49,11 @@ def release_freed_memory() -> bool:
 def install_memory_release(app: Flask) -> None:
     """After a large body or a large answer (streamed, or 1 MiB or more) is sent, release what was freed."""
 
-    @app.after_request
-    def _release_after_large_requests(response: Response) -> Response:
-        large_answer = response.is_streamed or (response.content_length or 0) >= LARGE_BODY_BYTES
-        if large_answer or body_bytes_read() >= LARGE_BODY_BYTES:
-            response.call_on_close(release_freed_memory)
-        return response
+    request_steps(app).add_after(_release_after_large_requests)
+
+
+def _release_after_large_requests(request: Request, g: _AppCtxGlobals, response: Response) -> Response:
+    large_answer = response.is_streamed or (response.content_length or 0) >= LARGE_BODY_BYTES
+    if large_answer or bytes_read(request) >= LARGE_BODY_BYTES:
+        response.call_on_close(release_freed_memory)
+    return response

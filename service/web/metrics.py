@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, request
+from flask.ctx import _AppCtxGlobals
+from flask.wrappers import Request
 from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
@@ -37,8 +39,9 @@ from prometheus_client import (
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.mmap_dict import MmapedDict
 
-from service.web.body import body_bytes_read
-from service.web.request_clock import request_seconds
+from service.web.body import bytes_read
+from service.web.hooks import request_steps
+from service.web.request_clock import seconds_since_start
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and multiprocess mode has none
 
@@ -82,7 +85,13 @@ _LOCK_FILE = ".lock"  # not *.db: the collector globs *.db
 
 def route_template() -> str:
     """The matched route (``/v1/attention``), or one shared value for paths that match nothing."""
-    return request.url_rule.rule if request.url_rule is not None else UNMATCHED
+    return route_of(request)
+
+
+def route_of(current_request: Request) -> str:
+    """:func:`route_template` for a request already in hand."""
+    rule = current_request.url_rule
+    return rule.rule if rule is not None else UNMATCHED
 
 
 def method_label(method: str) -> str:
@@ -97,7 +106,11 @@ def status_label(status: int) -> str:
 
 def record_work(elements: int) -> None:
     """Count the work size of a computation that is about to run."""
-    WORK_ELEMENTS.labels(route_template()).observe(elements)
+    endpoint = route_template()
+    child = _WORK_CHILDREN.get(endpoint)
+    if child is None:
+        child = _WORK_CHILDREN[endpoint] = WORK_ELEMENTS.labels(endpoint)
+    child.observe(elements)
 
 
 def _multiprocess_dir() -> Path | None:
@@ -181,22 +194,25 @@ def install_metrics(app: Flask) -> None:
     if directory is not None and directory.is_dir():
         archive_dead_workers(directory)  # this process is a new worker: fold in the ones it replaces
 
-    @app.after_request
-    def _observe(response: Response) -> Response:
-        endpoint = route_template()
-        labels = (endpoint, method_label(request.method), status_label(response.status_code))
-        latency, requests, body_bytes = _children(labels)
-        seconds = request_seconds()
-        if seconds is not None:
-            latency.observe(seconds)
-        requests.inc()
-        body_bytes.observe(body_bytes_read())
-        return response
+    request_steps(app).add_after(_observe)
+
+
+def _observe(request: Request, g: _AppCtxGlobals, response: Response) -> Response:
+    endpoint = route_of(request)
+    labels = (endpoint, method_label(request.method), status_label(response.status_code))
+    latency, requests, body_bytes = _children(labels)
+    seconds = seconds_since_start(g)
+    if seconds is not None:
+        latency.observe(seconds)
+    requests.inc()
+    body_bytes.observe(bytes_read(request))
+    return response
 
 
 # The labelled children, looked up once per label set: ``labels()`` validates and hashes its arguments and
 # takes a lock on every call. The label sets are finite (see above), so the cache is too.
 _CHILDREN: dict[tuple[str, str, str], tuple[Any, Any, Any]] = {}
+_WORK_CHILDREN: dict[str, Any] = {}  # by route template (a finite set too)
 
 
 def _children(labels: tuple[str, str, str]) -> tuple[Any, Any, Any]:

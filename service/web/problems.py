@@ -11,10 +11,13 @@ from urllib.parse import urlsplit
 
 import marshmallow as ma
 from flask import Flask, Response, current_app, has_request_context, request
+from flask.ctx import _AppCtxGlobals
+from flask.wrappers import Request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import RequestRedirect
 
 from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
+from service.web.hooks import request_steps
 from service.web.json_provider import dumps_bytes
 from service.web.request_id import current_request_id
 from service.web.schemas import ResponseSchema
@@ -223,7 +226,7 @@ def problem_from_kernel_error(error: KernelError) -> Problem:
     return Problem(422, detail, slug=slug, title="Invalid request", errors=errors)
 
 
-def _relative_redirects() -> None:
+def _relative_redirects(request: Request, g: _AppCtxGlobals) -> None:
     """Routing's redirects (``/static//x.js`` → ``/static/x.js``) with a relative ``Location``.
 
     werkzeug builds the redirect from the client's ``Host`` header (``http://evil.example/static/x.js``) and
@@ -241,7 +244,7 @@ def _relative_redirects() -> None:
 
 def register_error_handlers(app: Flask) -> None:
     """Route every exception to problem+json; unexpected ones are logged and hidden behind a 500."""
-    app.before_request(_relative_redirects)
+    request_steps(app).add_before(_relative_redirects)
     app.register_error_handler(Problem, problem_response)
     app.register_error_handler(KernelError, lambda e: problem_response(problem_from_kernel_error(e)))
     app.register_error_handler(HTTPException, lambda e: problem_response(problem_from_http_exception(e)))

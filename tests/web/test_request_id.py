@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 from flask.testing import FlaskClient
@@ -39,3 +40,15 @@ def test_unsafe_or_overlong_ids_are_replaced(client: FlaskClient, sent: str) -> 
 def test_the_longest_acceptable_id_is_kept(client: FlaskClient) -> None:
     sent = "a" * 128
     assert client.get("/livez", headers={"X-Request-ID": sent}).headers["X-Request-ID"] == sent
+
+
+def test_generated_ids_are_random_version_4_uuids() -> None:
+    from service.web.request_id import fresh_id
+
+    ids = [fresh_id() for _ in range(200)]
+    assert len(set(ids)) == len(ids)
+    for generated in ids:
+        assert GENERATED.fullmatch(generated)
+        parsed = uuid.UUID(hex=generated)
+        assert (parsed.version, parsed.variant) == (4, uuid.RFC_4122)
+        assert parsed.hex == generated

@@ -12,7 +12,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import flask_smorest
 from flask import Response, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import NotFound
@@ -42,6 +41,7 @@ from service.api.v2.tensors import (
     parse_header,
     split_body,
 )
+from service.web.blueprint import Blueprint
 from service.web.json_provider import dumps_bytes
 from service.web.limits import admit_work
 from service.web.parsing import read_body
@@ -55,11 +55,12 @@ from service.web.problems import (
 from service.web.spec import API_VERSION
 from service.web.statuses import status_name
 
-blp = flask_smorest.Blueprint(
+blp = Blueprint(
     "v2",
     __name__,
     url_prefix="/v2",
     description="The Open Inference Protocol (KServe v2): the same models as /v1, with binary tensors.",
+    require_json_body=False,  # infer also takes binary tensor data after the JSON header
 )
 
 SERVER_NAME = "attention-service"
