@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -99,7 +100,31 @@ def attention_shapes(
     With ``enable_gqa`` the head axis (−3) of key and value, ``H_kv``, may divide the query's ``H_q``:
     query head ``i`` then reads key/value head ``i // (H_q / H_kv)``.
     """
-    query_shape, key_shape, value_shape = tuple(query_shape), tuple(key_shape), tuple(value_shape)
+    return _checked_shapes(
+        tuple(query_shape),
+        tuple(key_shape),
+        tuple(value_shape),
+        None if mask_shape is None else tuple(mask_shape),
+        None if bias_shape is None else tuple(bias_shape),
+        None if alibi_shape is None else tuple(alibi_shape),
+        bool(enable_gqa),
+    )
+
+
+# A typed request checks its shapes when it is made and the kernel checks them again when it runs (it is
+# public, and other callers pass arrays straight in); the check is a pure function of the shapes, so the
+# second call, and any request of the same shapes, is a cache hit. Bounded: shapes are client input.
+@functools.lru_cache(maxsize=256)
+def _checked_shapes(
+    query_shape: tuple[int, ...],
+    key_shape: tuple[int, ...],
+    value_shape: tuple[int, ...],
+    mask_shape: tuple[int, ...] | None,
+    bias_shape: tuple[int, ...] | None,
+    alibi_shape: tuple[int, ...] | None,
+    enable_gqa: bool,
+) -> AttentionShapes:
+    """:func:`attention_shapes` on tuples (hashable, so that results can be cached)."""
     kv_heads = None
     if enable_gqa:
         kv_heads = _check_grouped_heads(query_shape, key_shape, value_shape)
@@ -115,13 +140,17 @@ def attention_shapes(
                 f"{field} must have at least 2 dimensions {axes} but has shape {format_shape(shape)}",
                 field=field,
             )
-    both_qk = f"(query shape {format_shape(query_shape)}, key shape {format_shape(key_shape)})"
     d_k = query_shape[-1]
     if key_shape[-1] != d_k:
-        raise ShapeError(f"key has d_k={key_shape[-1]} but query has d_k={d_k} {both_qk}", field="key")
+        raise ShapeError(
+            f"key has d_k={key_shape[-1]} but query has d_k={d_k} {_both_qk(query_shape, key_shape)}",
+            field="key",
+        )
     if d_k == 0:
         raise ShapeError(
-            f"query has d_k=0; queries and keys need at least one feature {both_qk}", field="query"
+            "query has d_k=0; queries and keys need at least one feature "
+            + _both_qk(query_shape, key_shape),
+            field="query",
         )
     m = key_shape[-2]
     if value_shape[-2] != m:
@@ -139,7 +168,7 @@ def attention_shapes(
     except ValueError:
         raise ShapeError(
             f"key batch dimensions {format_shape(key_lead)} do not broadcast with query batch dimensions "
-            f"{format_shape(query_lead)} {both_qk}",
+            f"{format_shape(query_lead)} {_both_qk(query_shape, key_shape)}",
             field="key",
         ) from None
     try:
@@ -163,9 +192,8 @@ def attention_shapes(
     )
     for field, optional_shape in (("mask", mask_shape), ("bias", bias_shape)):
         if optional_shape is not None:
-            _check_broadcasts_to_weights(tuple(optional_shape), shapes, field=field)
+            _check_broadcasts_to_weights(optional_shape, shapes, field=field)
     if alibi_shape is not None:
-        alibi_shape = tuple(alibi_shape)
         try:
             fits = np.broadcast_shapes(alibi_shape, shapes.batch) == shapes.batch
         except ValueError:
@@ -177,6 +205,11 @@ def attention_shapes(
                 field="alibi_slopes",
             )
     return shapes
+
+
+def _both_qk(query_shape: tuple[int, ...], key_shape: tuple[int, ...]) -> str:
+    """The query and key shapes, for messages (built only when one is raised)."""
+    return f"(query shape {format_shape(query_shape)}, key shape {format_shape(key_shape)})"
 
 
 def _check_grouped_heads(
