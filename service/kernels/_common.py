@@ -46,6 +46,10 @@ def as_float_array(values: ArrayLike, dtype: FloatDType, *, field: str) -> Float
     Entries too large for ``dtype`` become inf here; the kernels decide whether that matters (a hidden
     key may hold anything) and raise :class:`NumericalOverflowError` when it does.
     """
+    if type(values) is np.ndarray and values.dtype == dtype:
+        # What np.asarray would return (the array itself), without its errstate context: most calls,
+        # since the codecs build float64 arrays, and for a tiny input the context costs more than the work.
+        return values
     try:
         with np.errstate(over="ignore"):
             array: FloatArray = (
