@@ -148,8 +148,7 @@ def _checked_shapes(
         )
     if d_k == 0:
         raise ShapeError(
-            "query has d_k=0; queries and keys need at least one feature "
-            + _both_qk(query_shape, key_shape),
+            "query has d_k=0; queries and keys need at least one feature " + _both_qk(query_shape, key_shape),
             field="query",
         )
     m = key_shape[-2]
@@ -637,63 +636,79 @@ def _attend_rows(operands: _Operands, plan: AttentionPlan, batch: tuple[int, ...
     block_rows = plan.block_rows
     if block_rows is None:
         block_rows = n if plan.materialized else rows_per_block(math.prod(batch) * m, n)
-    key_t = np.swapaxes(operands.key, -1, -2)
+    key_t = operands.key.swapaxes(-1, -2)
 
-    for start in range(0, n, block_rows):
-        stop = min(start + block_rows, n)
-        block_shape = (*batch, stop - start, m)
-        block_query = operands.query[..., start:stop, :]
-        block_bias = None if operands.bias is None else row_block(operands.bias, start, stop)
-        hidden = hidden_keys(plan.band, operands.visible, start, stop, m)
+    # One context for every step (entering one costs more than a tiny block's arithmetic): overflow and
+    # NaN in the scores and the output are detected by the finiteness checks below, and a span beyond the
+    # float range shifts to -inf (probability 0).
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        for start in range(0, n, block_rows):
+            stop = min(start + block_rows, n)
+            _attend_block(operands, key_t, plan, (*batch, stop - start, m), start, stop, outputs)
 
-        # Overflow in any of these steps is detected by the finiteness check below.
-        with np.errstate(over="ignore", invalid="ignore"):
-            scores = np.matmul(block_query, key_t)
-            if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
-                scores = np.broadcast_to(scores, block_shape).copy()
-            scores *= plan.scale
-            if plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
-                scores /= plan.softcap
-                np.tanh(scores, out=scores)
-                scores *= plan.softcap
-            if block_bias is not None:
-                scores += block_bias
-            alibi = None if operands.alibi is None else _alibi(operands.alibi, plan, start, stop)
-            if alibi is not None:
-                scores += alibi
-        if not _all_finite_or_hidden(scores, hidden):
-            field = _blame_for_scores(block_query, key_t, block_bias, alibi, plan, hidden)
-            raise overflow_error("the attention scores", plan.dtype, field=field)
-        if hidden is not None:
-            np.copyto(scores, -np.inf, where=hidden)
 
-        row_max = np.max(scores, axis=-1, keepdims=True, initial=-np.inf)
-        empty = np.isneginf(row_max)
-        has_empty = bool(empty.any())
-        if outputs.scores is not None:
-            outputs.scores[..., start:stop, :] = scores
-        # Empty rows are all -inf; shifting them by 0 instead of -inf gives exp() == 0 rather than NaN.
-        with np.errstate(over="ignore", under="ignore"):  # a span beyond the float range shifts to -inf
-            scores -= np.where(empty, 0, row_max) if has_empty else row_max
-            np.exp(scores, out=scores)
-        denominator = scores.sum(axis=-1, keepdims=True)
-        if has_empty:
-            denominator[empty] = 1
-        # Normalizing before the product keeps it a convex combination of values, so it cannot overflow
-        # where the true output is finite.
-        scores /= denominator
-        with np.errstate(over="ignore", invalid="ignore"):
-            block_output = np.matmul(scores, operands.value)
-        if not np.isfinite(block_output).all():
-            without_hidden = _output_without_hidden_values(scores, operands.value, hidden)
-            if without_hidden is None:
-                raise overflow_error("the attention output", plan.dtype, field="value")
-            block_output = without_hidden
-        outputs.output[..., start:stop, :] = block_output
-        if outputs.weights is not None:
-            outputs.weights[..., start:stop, :] = scores
-        if outputs.logsumexp is not None:
-            outputs.logsumexp[..., start:stop] = (np.log(denominator) + row_max)[..., 0]
+def _attend_block(
+    operands: _Operands,
+    key_t: FloatArray,
+    plan: AttentionPlan,
+    block_shape: tuple[int, ...],
+    start: int,
+    stop: int,
+    outputs: _Outputs,
+) -> None:
+    """Query rows ``start:stop``: their scores ``block_shape`` (``[..., rows, m]``) and results, written
+    into ``outputs``. Runs inside :func:`_attend_rows`' errstate context."""
+    m = block_shape[-1]
+    block_query = operands.query[..., start:stop, :]
+    block_bias = None if operands.bias is None else row_block(operands.bias, start, stop)
+    hidden = hidden_keys(plan.band, operands.visible, start, stop, m)
+
+    scores = np.matmul(block_query, key_t)
+    if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
+        scores = np.broadcast_to(scores, block_shape).copy()
+    scores *= plan.scale
+    if plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
+        scores /= plan.softcap
+        np.tanh(scores, out=scores)
+        scores *= plan.softcap
+    if block_bias is not None:
+        scores += block_bias
+    alibi = None if operands.alibi is None else _alibi(operands.alibi, plan, start, stop)
+    if alibi is not None:
+        scores += alibi
+    if not _all_finite_or_hidden(scores, hidden):
+        field = _blame_for_scores(block_query, key_t, block_bias, alibi, plan, hidden)
+        raise overflow_error("the attention scores", plan.dtype, field=field)
+    if hidden is not None:
+        np.copyto(scores, -np.inf, where=hidden)
+
+    row_max = scores.max(axis=-1, keepdims=True, initial=-np.inf)
+    # Only a hidden key (or no key at all) can leave a row without a finite score.
+    empty = row_max == -np.inf if hidden is not None or m == 0 else None
+    if empty is not None and not empty.any():
+        empty = None
+    if outputs.scores is not None:
+        outputs.scores[..., start:stop, :] = scores
+    # Empty rows are all -inf; shifting them by 0 instead of -inf gives exp() == 0 rather than NaN.
+    scores -= row_max if empty is None else np.where(empty, 0, row_max)
+    np.exp(scores, out=scores)
+    denominator = scores.sum(axis=-1, keepdims=True)
+    if empty is not None:
+        denominator[empty] = 1
+    # Normalizing before the product keeps it a convex combination of values, so it cannot overflow
+    # where the true output is finite.
+    scores /= denominator
+    block_output = outputs.output[..., start:stop, :]
+    np.matmul(scores, operands.value, out=block_output)
+    if not np.isfinite(block_output).all():
+        without_hidden = _output_without_hidden_values(scores, operands.value, hidden)
+        if without_hidden is None:
+            raise overflow_error("the attention output", plan.dtype, field="value")
+        block_output[...] = without_hidden
+    if outputs.weights is not None:
+        outputs.weights[..., start:stop, :] = scores
+    if outputs.logsumexp is not None:
+        outputs.logsumexp[..., start:stop] = (np.log(denominator) + row_max)[..., 0]
 
 
 def _output_without_hidden_values(
