@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from service.kernels._common import (
+    LARGEST,
     LISTED_EMPTY_ROWS,
     ArrayT,
     BoolArray,
@@ -348,7 +349,7 @@ def attention(
         enable_gqa=enable_gqa,
     )
     scale = 1.0 / math.sqrt(shapes.d_k) if scale is None else check_finite_scalar(scale, field="scale")
-    if abs(scale) > float(np.finfo(float_dtype).max):  # checked first: the float32 cast would give inf
+    if abs(scale) > LARGEST[float_dtype]:  # checked first: the float32 cast would give inf
         raise overflow_error(f"the scale {scale:g}", float_dtype, field="scale")
 
     if shapes.single_query:
@@ -581,6 +582,8 @@ def _empty_rows(
 ) -> IntArray:
     """The indices ``(k, r)`` of the query rows that see no key; raises unless ``policy`` is zero."""
     index_rank = len(shapes.batch) + (0 if shapes.single_query else 1)
+    if band is None and visible is None and shapes.m:  # every row sees every key: nothing to scan
+        return np.empty((0, index_rank), dtype=np.int64)
     flags = empty_row_flags(band, visible, batch=shapes.batch, n=shapes.n, m=shapes.m)
     if shapes.single_query:
         flags = flags[..., 0]

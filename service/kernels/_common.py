@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike, NDArray
@@ -22,6 +22,15 @@ ArrayT = TypeVar("ArrayT", bound=np.ndarray[tuple[int, ...], np.dtype[np.generic
 
 # Temporaries of this many elements (8 MB in float64) keep the working set cache- and memory-friendly.
 BLOCK_ELEMENTS = 1 << 20
+
+# The largest finite value and the smallest normal one of each computation dtype, looked up once (np.finfo
+# is a call per lookup, as much as a tiny input's arithmetic).
+LARGEST: dict[np.dtype[np.floating[Any]], float] = {
+    np.dtype(t): float(np.finfo(t).max) for t in (np.float32, np.float64)
+}
+SMALLEST_NORMAL: dict[np.dtype[np.floating[Any]], float] = {
+    np.dtype(t): float(np.finfo(t).tiny) for t in (np.float32, np.float64)
+}
 
 # An EmptyRowError indexes this many of the empty rows (and counts them all).
 LISTED_EMPTY_ROWS = 10
@@ -94,9 +103,8 @@ def divide_by_temperature(values: FloatArray, temperature: float) -> FloatArray:
     only a few digits) or above its largest (1e308 is inf in float32, and x/inf would lose quotients such
     as 3e38 / 6e38 = 0.5 that float32 holds).
     """
-    limits = np.finfo(values.dtype)
     with np.errstate(over="ignore", under="ignore"):
-        if limits.tiny <= temperature <= limits.max:
+        if SMALLEST_NORMAL[values.dtype] <= temperature <= LARGEST[values.dtype]:
             values /= values.dtype.type(temperature)
         else:
             np.divide(values, np.float64(temperature), out=values, casting="same_kind")
