@@ -95,7 +95,7 @@ def softmax(
         probabilities=probabilities,
         log_probabilities=log_probabilities,
         entropy=entropy,
-        argmax=np.asarray(np.argmax(log_probabilities, axis=-1), dtype=np.int64),
+        argmax=np.asarray(log_probabilities.argmax(axis=-1), dtype=np.int64),
         temperature=temperature,
     )
 
@@ -173,7 +173,7 @@ def tempered_shift(logits: FloatArray, temperature: float, *, axis: int = -1) ->
     """
     tempered = divide_by_temperature(logits.copy(), temperature) if temperature > 1 else logits
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # a span beyond the range gives -inf
-        shifted: FloatArray = tempered - np.max(tempered, axis=axis, keepdims=True)
+        shifted: FloatArray = tempered - tempered.max(axis=axis, keepdims=True)
     if temperature == 0:
         return np.where(shifted == 0, shifted, shifted.dtype.type(-np.inf))
     if temperature < 1:
