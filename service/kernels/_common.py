@@ -95,22 +95,6 @@ def as_bool_mask(mask: ArrayLike, *, field: str = "mask") -> BoolArray:
     )
 
 
-def divide_by_temperature(values: FloatArray, temperature: float) -> FloatArray:
-    """``values /= temperature`` in place; quotients beyond the float range become ±inf, without warning.
-
-    A temperature the dtype cannot represent as a normal number divides in float64 instead, the result
-    cast back: below its smallest normal (1e-46 is 0 in float32, and 0/0 would be NaN; a subnormal keeps
-    only a few digits) or above its largest (1e308 is inf in float32, and x/inf would lose quotients such
-    as 3e38 / 6e38 = 0.5 that float32 holds).
-    """
-    with np.errstate(over="ignore", under="ignore"):
-        if SMALLEST_NORMAL[values.dtype] <= temperature <= LARGEST[values.dtype]:
-            values /= values.dtype.type(temperature)
-        else:
-            np.divide(values, np.float64(temperature), out=values, casting="same_kind")
-    return values
-
-
 def check_finite_scalar(
     value: float, *, field: str, minimum: float | None = None, strict: bool = False
 ) -> float:

@@ -10,7 +10,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from service.kernels._common import (
+    LARGEST,
     LISTED_EMPTY_ROWS,
+    SMALLEST_NORMAL,
     BoolArray,
     DTypeArg,
     FloatArray,
@@ -18,7 +20,6 @@ from service.kernels._common import (
     as_bool_mask,
     as_float_array,
     check_finite_scalar,
-    divide_by_temperature,
     first_indices,
     overflow_error,
     resolve_float_dtype,
@@ -171,14 +172,32 @@ def tempered_shift(logits: FloatArray, temperature: float, *, axis: int = -1) ->
     Every slice along ``axis`` needs at least one entry above -inf (hidden entries may be -inf); its
     maximum becomes exactly 0. See the policy above for the order of the two steps.
     """
-    tempered = divide_by_temperature(logits.copy(), temperature) if temperature > 1 else logits
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # a span beyond the range gives -inf
+    # One errstate context for both steps (on a few logits it costs more than the arithmetic): a span
+    # beyond the float range shifts to -inf, and a quotient beyond it becomes ±inf, as the policy says.
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        tempered = _divide_by_temperature(logits.copy(), temperature) if temperature > 1 else logits
         shifted: FloatArray = tempered - tempered.max(axis=axis, keepdims=True)
-    if temperature == 0:
-        return np.where(shifted == 0, shifted, shifted.dtype.type(-np.inf))
-    if temperature < 1:
-        divide_by_temperature(shifted, temperature)
+        if temperature == 0:
+            return np.where(shifted == 0, shifted, shifted.dtype.type(-np.inf))
+        if temperature < 1:
+            _divide_by_temperature(shifted, temperature)
     return shifted
+
+
+def _divide_by_temperature(values: FloatArray, temperature: float) -> FloatArray:
+    """``values /= temperature`` in place; quotients beyond the float range become ±inf (the caller,
+    :func:`tempered_shift`, ignores overflow and underflow).
+
+    A temperature the dtype cannot represent as a normal number divides in float64 instead, the result
+    cast back: below its smallest normal (1e-46 is 0 in float32, and 0/0 would be NaN; a subnormal keeps
+    only a few digits) or above its largest (1e308 is inf in float32, and x/inf would lose quotients such
+    as 3e38 / 6e38 = 0.5 that float32 holds).
+    """
+    if SMALLEST_NORMAL[values.dtype] <= temperature <= LARGEST[values.dtype]:
+        values /= values.dtype.type(temperature)
+    else:
+        np.divide(values, np.float64(temperature), out=values, casting="same_kind")
+    return values
 
 
 def normalize_shifted(
