@@ -1,15 +1,18 @@
 """``python -m bench --overhead``: in-process microseconds per request, per endpoint and for the bare app.
 
-Each endpoint's worked example (the seed requests of the README) goes through the app's WSGI callable
-with werkzeug's test client, as does the bare Flask app of bench/bare.py: the difference is what the
-service's layers (parsing, validation, typed requests, kernels, the response, access log, metrics, CORS,
-request ids) cost per small request, without the network. The figure is the median over rounds of the mean
-time per request in a round; one command shows a regression.
+Each endpoint's worked example (the seed requests of the README) goes to the app twice over, as does the
+bare Flask app of bench/bare.py: through werkzeug's test client, and straight into ``app.wsgi_app`` with an
+environ built once (the test client builds the environ, wraps the response and reads it back itself, about
+150 µs of harness per request on the bench machine, the same for every row). The difference to the bare
+app is what the service's layers (parsing, validation, typed requests, kernels, the response, access log,
+metrics, CORS, request ids) cost per small request, without the network. Each figure is the median over
+rounds of the mean time per request in a round, the rows taking turns; one command shows a regression.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import statistics
 import time
@@ -19,6 +22,7 @@ from typing import Any
 
 import orjson
 from flask import Flask
+from werkzeug.test import EnvironBuilder
 
 from bench.bare import app as bare_app
 from service import create_app
@@ -38,8 +42,9 @@ SEEDS: dict[str, tuple[str, dict[str, Any]]] = {
 @dataclass(frozen=True)
 class OverheadRow:
     name: str
-    microseconds: float  # median over rounds of the mean per request
+    microseconds: float  # through the test client: median over rounds of the mean per request
     spread: float  # max - min of the rounds' means, in microseconds
+    direct_microseconds: float  # straight into app.wsgi_app, median over rounds likewise
 
 
 def _poster(app: Flask, path: str, body: bytes) -> Callable[[], None]:
@@ -53,37 +58,76 @@ def _poster(app: Flask, path: str, body: bytes) -> Callable[[], None]:
     return post
 
 
+def _direct_caller(app: Flask, path: str, body: bytes) -> Callable[[], None]:
+    """One request straight into ``app.wsgi_app``, with the environ built once and the body rewound."""
+    environ = EnvironBuilder(
+        path=path, method="POST", data=body, content_type="application/json"
+    ).get_environ()
+    statuses: list[str] = []
+
+    def start_response(status: str, headers: Any, exc_info: Any = None) -> Callable[[bytes], object]:
+        statuses.append(status)
+        return lambda data: None  # the body is returned, never written
+
+    def post() -> None:
+        statuses.clear()
+        answer = app.wsgi_app({**environ, "wsgi.input": io.BytesIO(body)}, start_response)
+        try:
+            b"".join(answer)
+        finally:
+            close = getattr(answer, "close", None)
+            if close is not None:
+                close()  # the access log line of a streamed answer, the request's teardown
+        if not statuses or not statuses[0].startswith("200"):
+            raise RuntimeError(f"{path}: {statuses}")
+
+    return post
+
+
 def measure(requests: int = 2000, rounds: int = 5) -> list[OverheadRow]:
-    """Time every seed request and the bare app, taking turns round by round so drift hits all alike."""
+    """Time every seed request and the bare app, both ways, taking turns round by round so drift hits all
+    alike."""
     app = create_app()
-    actions = {name: _poster(app, path, orjson.dumps(body)) for name, (path, body) in SEEDS.items()}
-    actions["bare Flask app"] = _poster(bare_app, "/v1/attention", orjson.dumps(ATTENTION_EXAMPLE_REQUEST))
-    means: dict[str, list[float]] = {name: [] for name in actions}
+    seeds = {name: (app, path, orjson.dumps(body)) for name, (path, body) in SEEDS.items()}
+    seeds["bare Flask app"] = (bare_app, "/v1/attention", orjson.dumps(ATTENTION_EXAMPLE_REQUEST))
+    ways = {"client": _poster, "direct": _direct_caller}
+    actions = {(name, way): make(*seed) for name, seed in seeds.items() for way, make in ways.items()}
+    means: dict[tuple[str, str], list[float]] = {key: [] for key in actions}
     with open(os.devnull, "w") as devnull, contextlib.redirect_stdout(devnull):  # the access log's lines
         for action in actions.values():
             for _ in range(min(requests, 50)):
                 action()  # warm-up: lazy imports, first-call caches
         for _ in range(rounds):
-            for name, action in actions.items():
+            for key, action in actions.items():
                 start = time.perf_counter()
                 for _ in range(requests):
                     action()
-                means[name].append((time.perf_counter() - start) / requests * 1e6)
+                means[key].append((time.perf_counter() - start) / requests * 1e6)
     return [
-        OverheadRow(name, statistics.median(values), max(values) - min(values))
-        for name, values in means.items()
+        OverheadRow(
+            name,
+            statistics.median(means[name, "client"]),
+            max(means[name, "client"]) - min(means[name, "client"]),
+            statistics.median(means[name, "direct"]),
+        )
+        for name in seeds
     ]
 
 
 def table(rows: list[OverheadRow]) -> str:
-    bare = next(row.microseconds for row in rows if row.name == "bare Flask app")
+    bare = next(row for row in rows if row.name == "bare Flask app")
     lines = [
-        "| request | µs per request (in-process) | × bare app | spread over rounds |",
-        "|---|---|---|---|",
+        "| request | µs per request, test client | × bare app | spread (test client) | µs per request, "
+        "direct WSGI call | × bare app |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
-        ratio = row.microseconds / bare
-        lines.append(f"| {row.name} | {row.microseconds:.0f} | {ratio:.1f} | {row.spread:.0f} µs |")
+        ratio = row.microseconds / bare.microseconds
+        direct_ratio = row.direct_microseconds / bare.direct_microseconds
+        lines.append(
+            f"| {row.name} | {row.microseconds:.0f} | {ratio:.1f} | {row.spread:.0f} µs "
+            f"| {row.direct_microseconds:.0f} | {direct_ratio:.1f} |"
+        )
     return "\n".join(lines)
 
 
