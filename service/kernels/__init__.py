@@ -17,6 +17,7 @@ from service.kernels._attention import (
     attention_shapes,
     check_window,
 )
+from service.kernels._common import all_finite
 from service.kernels._errors import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
 from service.kernels._likelihood import (
     MAX_TOP_LOGPROBS,
@@ -69,6 +70,7 @@ __all__ = [
     "SampleResult",
     "ShapeError",
     "SoftmaxResult",
+    "all_finite",
     "apply_rotary",
     "attention",
     "attention_shapes",

@@ -23,6 +23,7 @@ from service.kernels._common import (
     FloatArray,
     FloatDType,
     IntArray,
+    all_finite,
     as_bool_mask,
     as_float_array,
     batch_blocks,
@@ -703,7 +704,7 @@ def _attend_block(
     scores /= denominator
     block_output = outputs.output[..., start:stop, :]
     np.matmul(scores, operands.value, out=block_output)
-    if not np.isfinite(block_output).all():
+    if not all_finite(block_output):
         without_hidden = _output_without_hidden_values(scores, operands.value, hidden)
         if without_hidden is None:
             raise overflow_error("the attention output", plan.dtype, field="value")
@@ -748,8 +749,7 @@ def _alibi(slopes: FloatArray, plan: AttentionPlan, start: int, stop: int) -> Fl
 
 def _all_finite_or_hidden(values: FloatArray, hidden: BoolArray | None) -> bool:
     """Whether every entry of ``values`` is finite or hidden (a hidden key may hold anything)."""
-    finite = np.isfinite(values)
-    return bool(finite.all()) or (hidden is not None and bool((finite | hidden).all()))
+    return all_finite(values) or (hidden is not None and bool((np.isfinite(values) | hidden).all()))
 
 
 def _blame_for_scores(

@@ -71,6 +71,22 @@ def as_float_array(values: ArrayLike, dtype: FloatDType, *, field: str) -> Float
     return array
 
 
+# Up to this many entries, a Python pass over the values beats np.isfinite(...).all(), whose two calls cost
+# about 1.4 µs whatever the size (measured: 0.4 µs for 4 entries, 0.7 µs for 16, 2 µs for 64).
+SMALL_ARRAY_ENTRIES = 16
+
+
+def all_finite(array: NDArray[Any]) -> bool:
+    """Whether every entry of the real-valued ``array`` is finite (neither NaN nor ±inf).
+
+    The one finiteness check of the kernels' and requests' hot paths; a tiny array (the seed examples' are
+    2 to 9 values) is read as Python floats, which is cheaper there than the two NumPy calls.
+    """
+    if array.size <= SMALL_ARRAY_ENTRIES:
+        return all(map(math.isfinite, array.ravel().tolist()))
+    return bool(np.isfinite(array).all())
+
+
 def overflow_error(what: str, dtype: FloatDType, *, field: str | None) -> NumericalOverflowError:
     """The error for a non-finite result, with the advice that applies to every overflow."""
     limit = float(np.finfo(dtype).max)

@@ -15,6 +15,7 @@ from service.kernels._common import (
     FloatArray,
     FloatDType,
     IntArray,
+    all_finite,
     as_float_array,
     check_finite_scalar,
     check_int,
@@ -120,7 +121,7 @@ def sequence_log_likelihood(
     for start in range(0, count, block):
         stop = min(start + block, count)
         rows = rows_2d[scoring_rows[start:stop]]  # a copy: fancy indexing
-        if not np.isfinite(rows).all():
+        if not all_finite(rows):
             raise overflow_error("logits", float_dtype, field="logits")
         # Each row's target is picked by (row, id) pairs: plain fancy indexing, a fraction of what
         # np.take_along_axis costs per call, and the same entries.
@@ -202,7 +203,7 @@ def _summarize(
     perplexity = np.full(num_tokens.shape, np.nan, dtype=dtype)
     with np.errstate(over="ignore"):
         np.exp(mean_nll, out=perplexity, where=has_tokens)
-    if not np.isfinite(perplexity[has_tokens]).all():
+    if not all_finite(perplexity[has_tokens]):
         raise overflow_error(
             "the perplexity (exp of the mean negative log-likelihood)", dtype, field="logits"
         )

@@ -17,6 +17,7 @@ from service.kernels._common import (
     DTypeArg,
     FloatArray,
     IntArray,
+    all_finite,
     as_bool_mask,
     as_float_array,
     check_finite_scalar,
@@ -117,8 +118,7 @@ def masked_logits(logits: ArrayLike, mask: ArrayLike | None, dtype: np.dtype[np.
             rows = first_indices(empty, LISTED_EMPTY_ROWS)  # a few: listing millions would cost seconds
             raise EmptyRowError(_empty_rows_message(rows, count), rows=rows, count=count, field="mask")
 
-    finite = np.isfinite(x)
-    if not finite.all() and (visible is None or not (finite | ~visible).all()):
+    if not all_finite(x) and (visible is None or not (np.isfinite(x) | ~visible).all()):
         raise overflow_error("logits", dtype, field="logits")
     return x if visible is None else np.where(visible, x, dtype.type(-np.inf))
 

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeAlias, get_args
 import numpy as np
 from numpy.typing import NDArray
 
-from service.kernels import KernelError
+from service.kernels import KernelError, all_finite
 
 Precision = Literal["float64", "float32"]
 PRECISIONS: dict[Precision, type[np.floating[Any]]] = {"float64": np.float64, "float32": np.float32}
@@ -65,7 +65,7 @@ class ArraySpec:
         if 0 in array.shape:
             raise RequestError(f"{field} must not have an empty dimension{self._note()}", field=field)
         # Integers are finite whatever their values: only a float array is scanned.
-        if array.dtype.kind == "f" and not np.isfinite(array).all():
+        if array.dtype.kind == "f" and not all_finite(array):
             raise RequestError(
                 f"{field} contains a non-finite number (NaN or Infinity); only finite numbers are allowed",
                 field=field,
