@@ -261,7 +261,12 @@ def test_reset_aborts_a_step_in_flight(page: Any, base_url: str, watch: Watch) -
     held: list[Any] = []
 
     def hold(route: Any) -> None:
-        held.append(route)
+        # Only the cache's own step: the page's other widgets may still be posting to /v1/attention (the
+        # heatmap, the positional encodings' rotary scores) when a loaded machine is slow to settle them.
+        if json.loads(route.request.post_data or "{}").get("enable_gqa") is True:
+            held.append(route)
+        else:
+            route.continue_()
 
     page.route("**/v1/attention", hold)
     widget(page).get_by_role("button", name="Step").click()  # step 4: its request is held
