@@ -70,6 +70,8 @@ class RequestSchema(Schema):
                         continue
                 else:
                     value = field.deserialize(value, data_key, body)
+                    if value is missing:  # a field may load to nothing; marshmallow then leaves it out
+                        continue
                 result[attribute] = value
             return self._invoke_load_processors(
                 POST_LOAD, result, many=False, original_data=data, partial=self.partial, unknown=self.unknown
