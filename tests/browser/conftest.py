@@ -57,6 +57,17 @@ def serve(app: WSGIApp) -> Iterator[str]:
         thread.join(timeout=10)
 
 
+def serve_page(html: str) -> Iterator[str]:
+    """A second loopback origin serving one HTML page (a page embedding a widget); yields its base URL."""
+    body = html.encode()
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+        return [body]
+
+    yield from serve(app)
+
+
 @pytest.fixture(scope="session")
 def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Where the tests save screenshots: ``docs/`` for the README with UPDATE_SCREENSHOTS=1, else a temp dir.

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from tests.browser.conftest import Watch, serve
+from tests.browser.conftest import Watch, serve_page
 from tests.browser.test_playground import answered, post
 
 KV = "kv-cache"
@@ -405,13 +405,7 @@ EMBEDDED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>
 @pytest.fixture
 def elsewhere(base_url: str) -> Iterator[str]:
     """A second loopback origin with a page that embeds the widget, pointed at the service."""
-    page = EMBEDDED.replace("BASE", base_url).encode()
-
-    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-        return [page]
-
-    yield from serve(app)
+    yield from serve_page(EMBEDDED.replace("BASE", base_url))
 
 
 def test_embedded_on_another_origin_the_rows_are_the_services(

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.browser.conftest import Watch, serve
+from tests.browser.conftest import Watch, serve_page
 from tests.browser.test_playground import answered, matrix, post
 
 WIDGET = "multi-head-attention"
@@ -323,13 +323,8 @@ def embed_url(base_url: str) -> Iterator[str]:
         f"</head><body><h1>A page on another origin</h1>"
         f"<{WIDGET} api=\"{base_url}\" data='{data}'></{WIDGET}>"
         "</body></html>"
-    ).encode()
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-        return [body]
-
-    yield from serve(app)
+    )
+    yield from serve_page(body)
 
 
 def test_the_widget_works_embedded_on_another_origin(

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from tests.browser.conftest import Watch, serve
+from tests.browser.conftest import Watch, serve_page
 
 ATTENTION = "attention-heatmap"
 SOFTMAX = "softmax-temperature"
@@ -367,13 +367,8 @@ def embed_url(base_url: str) -> Iterator[str]:
         '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Someone else\'s page</title>'
         '<link rel="icon" href="data:,"></head>'
         f"<body><h1>A page on another origin</h1>{snippet}</body></html>"
-    ).encode()
-
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
-        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-        return [body]
-
-    yield from serve(app)
+    )
+    yield from serve_page(body)
 
 
 def test_the_readme_widgets_work_embedded_on_another_origin(

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import Watch, serve
+from tests.browser.conftest import Watch, serve_page
 from tests.browser.test_playground import answered, matrix, post
 
 WIDGET = "positional-encoding"
@@ -295,13 +295,7 @@ EMBEDDED = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>
 @pytest.fixture
 def elsewhere(base_url: str) -> Iterator[str]:
     """A second loopback origin with a page that embeds the widget, pointed at the service."""
-    page = EMBEDDED.replace("BASE", base_url).encode()
-
-    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-        return [page]
-
-    yield from serve(app)
+    yield from serve_page(EMBEDDED.replace("BASE", base_url))
 
 
 def test_embedded_on_another_origin_it_draws_the_services_answers(

@@ -12,7 +12,7 @@ import {
   seededRandom,
   words,
 } from "./base.js";
-import { cellOf, keepCellFocus, MATRIX_CSS, matrixTable } from "./matrix.js";
+import { cellOf, keepCellFocus, MATRIX_CSS, matrixTable, weightLegend } from "./matrix.js";
 
 const WORKED_EXAMPLE = {
   query_tokens: ["q"],
@@ -46,10 +46,6 @@ const CELL_NAMES = {
 const CSS = `${MATRIX_CSS}
   .keys { display: flex; flex-wrap: wrap; gap: 4px 12px; }
   .keys label { font-weight: 400; }
-  .legend { display: flex; align-items: center; gap: 6px; margin-top: 10px; font-size: 12px;
-            color: var(--muted); }
-  .ramp { width: 160px; height: 10px; border-radius: 3px;
-          background: linear-gradient(90deg, #440154, #3b528b, #21918c, #5ec962, #fde725); }
   .editors .buttons { align-items: center; }
 `;
 
@@ -345,13 +341,7 @@ export class AttentionHeatmap extends ServiceWidget {
       h("p", { class: "muted", text: intro }),
       grid,
       readout,
-      h(
-        "div",
-        { class: "legend", "aria-hidden": "true" },
-        h("span", { text: "weight 0" }),
-        h("span", { class: "ramp" }),
-        h("span", { text: "1" }),
-      ),
+      weightLegend(),
       ...(empty.length
         ? [
             h("p", {

@@ -11,7 +11,22 @@ export const MATRIX_CSS = `
   .step td:focus-visible { outline-offset: -3px; }
   td.masked { background: repeating-linear-gradient(45deg, #eee, #eee 4px, #ddd 4px, #ddd 8px); color: #555; }
   .corner { color: var(--muted); font-weight: 400; }
+  .legend { display: flex; align-items: center; gap: 6px; margin-top: 10px; font-size: 12px;
+            color: var(--muted); }
+  .ramp { width: 160px; height: 10px; border-radius: 3px;
+          background: linear-gradient(90deg, #440154, #3b528b, #21918c, #5ec962, #fde725); }
 `;
+
+/** The key to a weights heatmap coloured with `colour: "unit"`: viridis from weight 0 to 1 (decorative). */
+export function weightLegend() {
+  return h(
+    "div",
+    { class: "legend", "aria-hidden": "true" },
+    h("span", { text: "weight 0" }),
+    h("span", { class: "ramp" }),
+    h("span", { text: "1" }),
+  );
+}
 
 /**
  * A matrix (rows of numbers; null is −∞, i.e. hidden) as a captioned table whose cells the keyboard reaches.

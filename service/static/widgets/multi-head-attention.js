@@ -8,7 +8,7 @@
 
 import { multiHeadAttention } from "../client.js";
 import { formatNumber, h, readoutFor, ServiceWidget, seededRandom, words } from "./base.js";
-import { cellOf, keepCellFocus, MATRIX_CSS, matrixTable } from "./matrix.js";
+import { cellOf, keepCellFocus, MATRIX_CSS, matrixTable, weightLegend } from "./matrix.js";
 
 const EXAMPLE = {
   tokens: ["the", "cat", "sat", "down"],
@@ -40,10 +40,6 @@ const CSS = `${MATRIX_CSS}
   .swatch { width: 12px; height: 12px; border-radius: 2px; background: var(--kv); flex: none; }
   .head.shared .kv { font-weight: 600; }
   .groups { margin: 0 0 4px; }
-  .legend { display: flex; align-items: center; gap: 6px; margin-top: 10px; font-size: 12px;
-            color: var(--muted); }
-  .ramp { width: 160px; height: 10px; border-radius: 3px;
-          background: linear-gradient(90deg, #440154, #3b528b, #21918c, #5ec962, #fde725); }
   input[type=number] { width: 5.5em; }
 `;
 
@@ -333,13 +329,7 @@ export class MultiHeadAttention extends ServiceWidget {
       h("p", { class: "groups", text: summary }),
       area,
       readout,
-      h(
-        "div",
-        { class: "legend", "aria-hidden": "true" },
-        h("span", { text: "weight 0" }),
-        h("span", { class: "ramp" }),
-        h("span", { text: "1" }),
-      ),
+      weightLegend(),
     );
     refocus();
   }
