@@ -520,8 +520,11 @@ function plural(count, noun) {
   return `${noun}${count === 1 ? "" : "s"}`;
 }
 
-/** The numbers that divide n, largest first. */
+/**
+ * The numbers that divide n, largest first; none unless n is a head count the widget takes (a huge n from the
+ * data would otherwise build an array of n numbers before problem() could refuse it).
+ */
 function divisors(n) {
-  if (!Number.isInteger(n) || n < 1) return [];
+  if (!isCount(n, 1, MAX_HEADS)) return [];
   return Array.from({ length: n }, (_, i) => n - i).filter((d) => n % d === 0);
 }

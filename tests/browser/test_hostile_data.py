@@ -1,0 +1,67 @@
+"""The layer widgets against a careless or hostile page author, in real Chromium.
+
+Each test puts widgets on a bare page of another loopback origin (nothing else on it posts), gives them
+`data` that is not what they take (huge counts, words by the thousand, JSON that is not an object), and
+checks that the card says what is wrong, that nothing unbounded is asked of the browser or the service, and
+(the `page` fixture's Watch) that no error reaches the console.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.browser.conftest import Watch, serve
+
+BARE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>A bare page</title>
+<link rel="icon" href="data:,"><script type="module" src="BASE/static/widgets.js"></script></head>
+<body><h1>Widgets given odd data</h1></body></html>"""
+
+
+@pytest.fixture
+def bare(base_url: str) -> Iterator[str]:
+    """A page on a second loopback origin that loads the widgets and holds none."""
+    page = BARE.replace("BASE", base_url).encode()
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
+        return [page]
+
+    yield from serve(app)
+
+
+def place(page: Any, base_url: str, tag: str, data: Any) -> Any:
+    """Adds ``<tag api=… data=…>`` (``data`` as JSON unless already text) and waits until it has settled."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    page.evaluate(
+        """([tag, api, data]) => { const node = document.createElement(tag);
+             node.setAttribute("api", api); node.setAttribute("data", data);
+             node.id = "subject"; document.body.append(node); }""",
+        [tag, base_url, text],
+    )
+    page.wait_for_selector("#subject[data-state=ready]", state="attached")
+    return page.locator("#subject")
+
+
+def messages(subject: Any) -> list[str]:
+    return [text.strip() for text in subject.locator(".error").all_inner_texts() if text.strip()]
+
+
+def open_bare(page: Any, bare: str) -> None:
+    page.goto(bare + "/")
+    page.wait_for_function("customElements.get('kv-cache') !== undefined")
+
+
+def test_kv_cache_refuses_a_huge_head_count_before_making_anything_up(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    open_bare(page, bare)
+    subject = place(page, base_url, "kv-cache", {"num_heads": 1_000_000_000})
+    assert messages(subject) == ["Query heads (num_heads): a whole number from 1 to 8."]
+    assert watch.posts_to("/v1/attention") == []
+    # The key/value head choices are not the divisors of a billion (listing them would build a huge array).
+    options = subject.locator("select").first.locator("option").all_inner_texts()
+    assert len(options) <= 2
