@@ -65,3 +65,21 @@ def test_kv_cache_refuses_a_huge_head_count_before_making_anything_up(
     # The key/value head choices are not the divisors of a billion (listing them would build a huge array).
     options = subject.locator("select").first.locator("option").all_inner_texts()
     assert len(options) <= 2
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ("{not json", "The data attribute is not valid JSON: {not json…"),
+        ("5", "The data attribute must be a JSON object ({…}), not 5."),
+        ('["the", "cat"]', 'The data attribute must be a JSON object ({…}), not ["the", "cat"].'),
+    ],
+)
+def test_unusable_data_stays_reported_while_the_example_is_shown(
+    page: Any, base_url: str, bare: str, watch: Watch, data: str, message: str
+) -> None:
+    open_bare(page, bare)
+    subject = place(page, base_url, "multi-head-attention", data)
+    # The example's answer has been drawn (data-state=ready), and the reason it is shown is still said.
+    assert subject.locator("table[data-matrix=output]").count() == 1
+    assert messages(subject) == [message]

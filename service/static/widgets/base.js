@@ -196,7 +196,8 @@ export class ServiceWidget extends HTMLElement {
     this.output ??= h("div", { class: "output", "aria-live": "polite" });
     if (this.output.childElementCount) this.output.classList.add("stale");
     this.generalError = h("p", { class: "error general", role: "alert" });
-    if (this.dataError) this.generalError.textContent = this.dataError;
+    // What is wrong with the data attribute stays said while the example's answers come and go.
+    const dataError = h("p", { class: "error data", role: "alert", text: this.dataError ?? "" });
     const { title, css } = this.constructor;
     this.shadowRoot.replaceChildren(
       h("style", { text: BASE_CSS + css }),
@@ -205,6 +206,7 @@ export class ServiceWidget extends HTMLElement {
         { class: "card", "aria-label": title },
         ...this.controls(),
         this.output,
+        dataError,
         this.generalError,
       ),
     );
@@ -304,7 +306,8 @@ export class ServiceWidget extends HTMLElement {
   /**
    * The widget's data: the `data` attribute as given, or the example when there is none. Given data is not
    * mixed with the example (the example's token labels would otherwise label the caller's numbers). Data
-   * missing a required field, or not JSON, is reported and the example shown instead.
+   * that is not a JSON object, or misses a required field, is reported (on a line of its own, which answers
+   * do not clear) and the example shown instead.
    */
   readData() {
     const { example, required } = this.constructor;
@@ -318,10 +321,13 @@ export class ServiceWidget extends HTMLElement {
       this.dataError = `The data attribute is not valid JSON: ${raw.slice(0, 60)}…`;
       return structuredClone(example);
     }
-    const missing = required.filter((name) => data?.[name] === undefined);
-    if (data === null || typeof data !== "object" || missing.length) {
-      const names = missing.join(", ") || "all";
-      this.dataError = `The data attribute needs ${required.join(", ")} (missing: ${names}).`;
+    if (data === null || typeof data !== "object" || Array.isArray(data)) {
+      this.dataError = `The data attribute must be a JSON object ({…}), not ${raw.slice(0, 60)}.`;
+      return structuredClone(example);
+    }
+    const missing = required.filter((name) => data[name] === undefined);
+    if (missing.length) {
+      this.dataError = `The data attribute needs ${required.join(", ")} (missing: ${missing.join(", ")}).`;
       return structuredClone(example);
     }
     return data;
