@@ -83,3 +83,26 @@ def test_unusable_data_stays_reported_while_the_example_is_shown(
     # The example's answer has been drawn (data-state=ready), and the reason it is shown is still said.
     assert subject.locator("table[data-matrix=output]").count() == 1
     assert messages(subject) == [message]
+
+
+def test_multi_head_refuses_more_tokens_than_it_can_draw_before_asking(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    open_bare(page, bare)
+    # Ten thousand words, some of them markup: no request (the answer would be 4 heatmaps of 10⁸ cells).
+    tokens = [f"<b>w{i}</b>" if i % 2 else f"<script>w{i}</script>" for i in range(10_000)]
+    subject = place(page, base_url, "multi-head-attention", {"tokens": tokens})
+    assert messages(subject) == ["The widget draws at most 32 tokens (here 10000): fewer, please."]
+    assert watch.posts_to("/v1/multi-head-attention") == []
+    assert subject.locator("td").count() == 0
+    assert page.evaluate("document.querySelectorAll('script, b').length") == 1  # widgets.js: no markup added
+    # Typed: 33 words are refused as well, and 32 are drawn (one heatmap of 32 × 32 per head).
+    field = subject.get_by_label("Tokens")
+    field.fill(" ".join(f"w{i}" for i in range(33)))
+    subject.locator(".error.general", has_text="(here 33)").wait_for()
+    assert watch.posts_to("/v1/multi-head-attention") == []
+    field.fill(" ".join(f"<i>w{i}</i>" for i in range(32)))
+    subject.locator("table[data-matrix=weights-3]").wait_for()
+    assert subject.locator("table[data-matrix=weights-0] tbody td").count() == 32 * 32
+    assert subject.locator("table[data-matrix=weights-0] tbody th").first.inner_text() == "<i>w0</i>"
+    assert len(watch.posts_to("/v1/multi-head-attention")) == 1

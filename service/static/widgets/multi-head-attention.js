@@ -19,6 +19,9 @@ const EXAMPLE = {
 };
 
 const HEAD_CHOICES = [2, 3, 4];
+// One heatmap of tokens × tokens per head: beyond this many tokens they stop being readable, and a page of
+// data with thousands of words would ask the browser for millions of cells (the service allows far more).
+const MAX_TOKENS = 32;
 const D_MODEL = 4; // the width of a token's embedding, and of the layer's output
 const D_HEAD = 2; // d_k = d_v: the width of each head's queries, keys and values
 
@@ -228,6 +231,9 @@ export class MultiHeadAttention extends ServiceWidget {
   request() {
     const s = this.state;
     if (!s.tokens.length) return "Type a few tokens, separated by spaces.";
+    if (s.tokens.length > MAX_TOKENS) {
+      return `The widget draws at most ${MAX_TOKENS} tokens (here ${s.tokens.length}): fewer, please.`;
+    }
     const body = {
       ...this.inputs(),
       num_heads: s.numHeads,
