@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import Watch, serve
+from tests.browser.conftest import Watch, serve_page
 
 BARE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>A bare page</title>
 <link rel="icon" href="data:,"><script type="module" src="BASE/static/widgets.js"></script></head>
@@ -24,13 +24,7 @@ BARE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>A ba
 @pytest.fixture
 def bare(base_url: str) -> Iterator[str]:
     """A page on a second loopback origin that loads the widgets and holds none."""
-    page = BARE.replace("BASE", base_url).encode()
-
-    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8")])
-        return [page]
-
-    yield from serve(app)
+    yield from serve_page(BARE.replace("BASE", base_url))
 
 
 def place(page: Any, base_url: str, tag: str, data: Any) -> Any:
@@ -106,3 +100,26 @@ def test_multi_head_refuses_more_tokens_than_it_can_draw_before_asking(
     assert subject.locator("table[data-matrix=weights-0] tbody td").count() == 32 * 32
     assert subject.locator("table[data-matrix=weights-0] tbody th").first.inner_text() == "<i>w0</i>"
     assert len(watch.posts_to("/v1/multi-head-attention")) == 1
+
+
+def test_kv_cache_removed_while_playing_stops_and_is_paused_when_added_back(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    open_bare(page, bare)
+    data = {"tokens": [f"w{i}" for i in range(12)], "num_heads": 2, "d_k": 2, "steps": 1}
+    subject = place(page, base_url, "kv-cache", data)
+    subject.get_by_role("button", name="Play").click()
+    subject.locator(".status[data-step='3']").wait_for()
+    page.evaluate("window.__kv = document.querySelector('#subject'); window.__kv.remove()")
+    sent = len(watch.posts_to("/v1/attention"))
+    page.wait_for_timeout(2000)  # almost three play intervals: no step is taken while it is out of the page
+    assert len(watch.posts_to("/v1/attention")) <= sent + 1  # at most the one already in flight as it left
+    step = int(page.evaluate("window.__kv.shadowRoot.querySelector('.status').dataset.step"))
+    assert 3 <= step <= 4
+    page.evaluate("document.body.append(window.__kv)")
+    subject.get_by_role("button", name="Play").wait_for()  # paused: the button offers Play again
+    assert subject.get_by_role("button", name="Play").get_attribute("aria-pressed") == "false"
+    subject.locator(f".status[data-step='{step}']").wait_for()
+    sent = len(watch.posts_to("/v1/attention"))
+    page.wait_for_timeout(1500)
+    assert len(watch.posts_to("/v1/attention")) == sent  # and it stays where it was
