@@ -102,6 +102,41 @@ def test_multi_head_refuses_more_tokens_than_it_can_draw_before_asking(
     assert len(watch.posts_to("/v1/multi-head-attention")) == 1
 
 
+@pytest.mark.parametrize(
+    ("tag", "data", "message"),
+    [
+        (
+            "multi-head-attention",
+            {"num_heads": 1e9},
+            "The data's num_heads is 2, 3 or 4 (not 1000000000): 4 heads are shown.",
+        ),
+        (
+            "multi-head-attention",
+            {"num_heads": "3", "tokens": "the cat"},
+            'The data\'s num_heads is 2, 3 or 4 (not "3"): 4 heads are shown. '
+            'The data\'s tokens are a list of words (["the", "cat"]): the example\'s are shown.',
+        ),
+        (
+            "kv-cache",
+            {"tokens": "the cat"},
+            'The data\'s tokens are a list of words (["the", "cat"]): the example\'s are shown.',
+        ),
+        (
+            "kv-cache",
+            {"tokens": [f"w{i}" for i in range(10_000)], "steps": 1},
+            "The widget generates at most 32 tokens: the first 32 are used.",
+        ),
+    ],
+)
+def test_a_data_field_the_widget_replaces_is_said_in_the_card(
+    page: Any, base_url: str, bare: str, watch: Watch, tag: str, data: dict[str, Any], message: str
+) -> None:
+    open_bare(page, bare)
+    subject = place(page, base_url, tag, data)
+    assert messages(subject) == [message]
+    assert subject.locator("td").count() > 0  # what is shown instead is drawn
+
+
 def test_kv_cache_removed_while_playing_stops_and_is_paused_when_added_back(
     page: Any, base_url: str, bare: str, watch: Watch
 ) -> None:
@@ -123,3 +158,4 @@ def test_kv_cache_removed_while_playing_stops_and_is_paused_when_added_back(
     sent = len(watch.posts_to("/v1/attention"))
     page.wait_for_timeout(1500)
     assert len(watch.posts_to("/v1/attention")) == sent  # and it stays where it was
+

@@ -333,6 +333,11 @@ export class ServiceWidget extends HTMLElement {
     return data;
   }
 
+  /** For initialState: says on the data line that a field of the data was not used, and what is shown. */
+  reportData(message) {
+    this.dataError = this.dataError ? `${this.dataError} ${message}` : message;
+  }
+
   /** A labelled control with its error slot; `field` is the request field the service would blame. */
   control(labelText, input, { field = null, inline = false, hint = null } = {}) {
     const id = `control-${++this.controlCount}`;

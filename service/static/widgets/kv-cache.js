@@ -87,6 +87,11 @@ export class KvCache extends ServiceWidget {
   initialState(data) {
     const pick = (key) => (data[key] === undefined ? EXAMPLE[key] : data[key]);
     const tokens = Array.isArray(data.tokens) ? data.tokens.slice(0, MAX_TOKENS).map(String) : EXAMPLE.tokens;
+    if (data.tokens !== undefined && !Array.isArray(data.tokens)) {
+      this.reportData(`The data's tokens are a list of words (["the", "cat"]): the example's are shown.`);
+    } else if (data.tokens?.length > MAX_TOKENS) {
+      this.reportData(`The widget generates at most ${MAX_TOKENS} tokens: the first ${MAX_TOKENS} are used.`);
+    }
     const heads = pick("num_heads");
     const window = Array.isArray(data.window) ? data.window[0] : pick("window");
     const steps = Number.isInteger(data.steps) ? data.steps : EXAMPLE.steps;

@@ -97,8 +97,15 @@ export class MultiHeadAttention extends ServiceWidget {
   initialState(data) {
     const pick = (key) => data[key] ?? EXAMPLE[key];
     const numHeads = HEAD_CHOICES.includes(data.num_heads) ? data.num_heads : EXAMPLE.num_heads;
+    if (data.num_heads !== undefined && numHeads !== data.num_heads) {
+      const given = JSON.stringify(data.num_heads).slice(0, 20);
+      this.reportData(`The data's num_heads is 2, 3 or 4 (not ${given}): ${numHeads} heads are shown.`);
+    }
     const kv = data.num_kv_heads ?? numHeads;
     const tokens = Array.isArray(data.tokens) ? data.tokens.map(String) : EXAMPLE.tokens;
+    if (data.tokens !== undefined && !Array.isArray(data.tokens)) {
+      this.reportData(`The data's tokens are a list of words (["the", "cat"]): the example's are shown.`);
+    }
     return {
       tokens,
       numHeads,
