@@ -159,3 +159,19 @@ def test_kv_cache_removed_while_playing_stops_and_is_paused_when_added_back(
     page.wait_for_timeout(1500)
     assert len(watch.posts_to("/v1/attention")) == sent  # and it stays where it was
 
+
+def test_the_keyboard_stepping_to_the_last_token_lands_on_reset_not_the_page(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    open_bare(page, bare)
+    data = {"tokens": ["a", "b", "c"], "num_heads": 2, "d_k": 2, "steps": 1}
+    subject = place(page, base_url, "kv-cache", data)
+    subject.get_by_role("button", name="Step").focus()
+    for step in (2, 3):
+        page.keyboard.press("Enter")
+        subject.locator(f".status[data-step='{step}']").wait_for()
+    assert subject.get_by_role("button", name="Step").is_disabled()
+    focused = page.evaluate("document.querySelector('#subject').shadowRoot.activeElement?.textContent")
+    assert focused == "Reset"
+    page.keyboard.press("Enter")  # and Enter there starts again
+    subject.locator(".status[data-step='0']").wait_for()

@@ -150,7 +150,7 @@ export class KvCache extends ServiceWidget {
       "aria-pressed": "false",
       onclick: () => (this.playing ? this.stopPlaying() : this.play()),
     });
-    const reset = h("button", { type: "button", text: "Reset", onclick: () => this.reset() });
+    this.resetButton = h("button", { type: "button", text: "Reset", onclick: () => this.reset() });
     this.syncButtons();
     const rows = [
       h(
@@ -163,7 +163,7 @@ export class KvCache extends ServiceWidget {
           { class: "buttons", role: "group", "aria-label": "generation" },
           this.stepButton,
           this.playButton,
-          reset,
+          this.resetButton,
         ),
       ),
     ];
@@ -239,7 +239,11 @@ export class KvCache extends ServiceWidget {
   syncButtons() {
     if (!this.stepButton) return;
     const done = this.state.steps >= this.state.tokens.length;
+    // A disabled button loses the keyboard focus (to the page's body): after the last step, the keyboard
+    // user pressing Step lands on Reset, what the status line offers next.
+    const stranded = done && this.shadowRoot.activeElement === this.stepButton;
     this.stepButton.disabled = done;
+    if (stranded) this.resetButton.focus();
     this.playButton.textContent = this.playing ? "Pause" : "Play";
     this.playButton.setAttribute("aria-pressed", String(this.playing));
   }
