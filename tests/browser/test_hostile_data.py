@@ -1,9 +1,9 @@
-"""The layer widgets against a careless or hostile page author, in real Chromium.
+"""The layer widgets against a careless or hostile page author, and a keyboard user, in real Chromium.
 
 Each test puts widgets on a bare page of another loopback origin (nothing else on it posts), gives them
-`data` that is not what they take (huge counts, words by the thousand, JSON that is not an object), and
-checks that the card says what is wrong, that nothing unbounded is asked of the browser or the service, and
-(the `page` fixture's Watch) that no error reaches the console.
+`data` that is not what they take (huge counts, words by the thousand, markup, JSON that is not an object),
+or removes them while they play, and checks that the card says what is wrong, that nothing unbounded is asked
+of the browser or the service, and (the `page` fixture's Watch) that no error reaches the console.
 """
 
 from __future__ import annotations
