@@ -175,3 +175,25 @@ def test_the_keyboard_stepping_to_the_last_token_lands_on_reset_not_the_page(
     assert focused == "Reset"
     page.keyboard.press("Enter")  # and Enter there starts again
     subject.locator(".status[data-step='0']").wait_for()
+
+
+def test_kv_cache_offers_no_step_while_its_data_has_a_problem(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    open_bare(page, bare)
+    subject = place(page, base_url, "kv-cache", {"d_k": -1, "steps": 1})
+    assert messages(subject) == ["d_k: a whole number from 1 to 8."]
+    # Pressing them would count steps that nothing shows (and Play would read "Pause" with nothing playing).
+    assert subject.get_by_role("button", name="Step").is_disabled()
+    assert subject.get_by_role("button", name="Play").is_disabled()
+    assert watch.posts_to("/v1/attention") == []
+    # With the controls, a d_k typed right brings the steps back, where they were.
+    page.evaluate("document.querySelector('#subject').setAttribute('controls', '')")
+    subject.get_by_label("d_k").fill("2")
+    subject.locator(".status[data-step='1']").wait_for()
+    assert subject.get_by_role("button", name="Step").is_enabled()
+    subject.get_by_role("button", name="Play").click()
+    subject.get_by_label("d_k").fill("-3")  # a problem while playing stops the run
+    subject.locator(".error.general", has_text="d_k: a whole number").wait_for()
+    assert subject.get_by_role("button", name="Play").get_attribute("aria-pressed") == "false"
+    assert subject.get_by_role("button", name="Play").is_disabled()

@@ -197,7 +197,7 @@ export class KvCache extends ServiceWidget {
 
   /** One more token: its key and value join the cache, and its query asks for one attention row. */
   advance() {
-    if (this.state.steps >= this.state.tokens.length) return;
+    if (this.state.steps >= this.state.tokens.length || this.problem()) return;
     this.state.steps += 1;
     this.syncButtons();
     this.update();
@@ -239,13 +239,24 @@ export class KvCache extends ServiceWidget {
   syncButtons() {
     if (!this.stepButton) return;
     const done = this.state.steps >= this.state.tokens.length;
+    // While the card says what is wrong with the state there is no step to take: Step and Play would count
+    // steps that nothing shows, and Play would read "Pause" with nothing playing.
+    const blocked = this.problem() !== null;
     // A disabled button loses the keyboard focus (to the page's body): after the last step, the keyboard
     // user pressing Step lands on Reset, what the status line offers next.
-    const stranded = done && this.shadowRoot.activeElement === this.stepButton;
-    this.stepButton.disabled = done;
+    const stranded = (done || blocked) && this.shadowRoot.activeElement === this.stepButton;
+    this.stepButton.disabled = done || blocked;
+    this.playButton.disabled = blocked;
     if (stranded) this.resetButton.focus();
     this.playButton.textContent = this.playing ? "Pause" : "Play";
     this.playButton.setAttribute("aria-pressed", String(this.playing));
+  }
+
+  /** A state with a problem stops a run being played (its message replaces the steps). */
+  update() {
+    if (this.playing && this.problem()) this.stopPlaying();
+    this.syncButtons();
+    super.update();
   }
 
   showError(error) {
