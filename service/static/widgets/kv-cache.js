@@ -535,7 +535,7 @@ export class KvCache extends ServiceWidget {
   }
 }
 
-/** "1 head", "2 heads". */
+/** The noun for a count: "head" for 1, "heads" for 2 (the caller writes the number, or the list). */
 function plural(count, noun) {
   return `${noun}${count === 1 ? "" : "s"}`;
 }
