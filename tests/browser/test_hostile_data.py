@@ -8,11 +8,13 @@ of the browser or the service, and (the `page` fixture's Watch) that no error re
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.browser.conftest import Watch, serve_page
 
@@ -197,3 +199,33 @@ def test_kv_cache_offers_no_step_while_its_data_has_a_problem(
     subject.locator(".error.general", has_text="d_k: a whole number").wait_for()
     assert subject.get_by_role("button", name="Play").get_attribute("aria-pressed") == "false"
     assert subject.get_by_role("button", name="Play").is_disabled()
+
+
+def test_multi_head_draws_the_newest_head_count_when_an_older_answer_comes_late(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    open_bare(page, bare)
+    subject = place(page, base_url, "multi-head-attention", {"tokens": ["a", "b", "c"], "num_heads": 4})
+    page.evaluate(
+        """() => { window.__heads = [];
+             document.querySelector("#subject").addEventListener(
+               "answer", e => window.__heads.push(e.detail.body.num_heads)); }"""
+    )
+    held: list[Any] = []
+    page.route(
+        "**/v1/multi-head-attention", lambda route: held.append(route) if not held else route.continue_()
+    )
+    subject.get_by_label("Heads", exact=True).select_option("3")  # its request is held
+    for _ in range(100):  # bounded: at most 10 s
+        if held:
+            break
+        page.wait_for_timeout(100)
+    subject.get_by_label("Heads", exact=True).select_option("2")  # answered at once
+    subject.locator("[data-head='1']").wait_for()
+    page.wait_for_function("window.__heads.length === 1")
+    with contextlib.suppress(PlaywrightError):  # aborted by the widget, or answered late: never drawn
+        held[0].continue_()
+    page.wait_for_timeout(500)
+    assert page.evaluate("window.__heads") == [2]
+    assert subject.locator(".head").count() == 2
+    assert subject.get_attribute("aria-busy") is None
