@@ -189,14 +189,14 @@ def test_each_step_appends_one_row_and_shows_the_services_row_over_the_cache(
         assert set(step["sizes"]) == {"this", "no-gqa"}
     check_against_the_service(base_url, seen)
     check_the_cache_property(base_url, seen, None)
-    # Grouped heads: query heads 1 and 2 read key/value head 1, so their weights differ only by their queries.
+    # Grouped heads: query heads 0 and 1 read key/value head 0, so their weights differ only by their queries.
     assert [
         t.strip() for t in widget(page).locator("table[data-matrix=weights] tbody th").all_inner_texts()
     ] == [
-        "head 1 (kv 1)",
+        "head 0 (kv 0)",
+        "head 1 (kv 0)",
         "head 2 (kv 1)",
-        "head 3 (kv 2)",
-        "head 4 (kv 2)",
+        "head 3 (kv 1)",
     ]
     assert widget(page).get_by_role("button", name="Step").is_disabled()  # every token generated
     assert "That was the last token" in page.locator(f"{KV} .status").inner_text()
@@ -367,7 +367,7 @@ def test_the_keyboard_steps_and_reaches_every_cell_and_focus_shows_its_value(
     cell = active_cell(page)
     assert cell is not None
     label, value = cell["readout"].rsplit(": ", 1)
-    assert label == "Weight head 1 (kv 1) → 1 the"
+    assert label == "Weight head 0 (kv 0) → 1 the"
     assert math.isclose(float(value), weights[0][0], rel_tol=REL)
     page.keyboard.press("ArrowDown")
     page.keyboard.press("End")
@@ -375,7 +375,7 @@ def test_the_keyboard_steps_and_reaches_every_cell_and_focus_shows_its_value(
     assert cell is not None
     assert (cell["matrix"], cell["row"], cell["col"]) == ("weights", 1, 3)
     label, value = cell["readout"].rsplit(": ", 1)
-    assert label == "Weight head 2 (kv 1) → 4 on"
+    assert label == "Weight head 1 (kv 0) → 4 on"
     assert math.isclose(float(value), weights[1][3], rel_tol=REL)
 
 

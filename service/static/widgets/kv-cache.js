@@ -467,12 +467,11 @@ export class KvCache extends ServiceWidget {
     const group = config.heads / config.kvHeads;
     return Array.from({ length: config.kvHeads }, (_, head) => {
       const readers = Array.from({ length: config.heads }, (_, i) => i)
-        .filter((i) => Math.floor(i / group) === head)
-        .map((i) => i + 1);
+        .filter((i) => Math.floor(i / group) === head);
       const readBy = `query ${plural(readers.length, "head")} ${readers.join(", ")}`;
       const table = matrixTable({
         name: `cache-${head}`,
-        caption: `Key/value head ${head + 1} (read by ${readBy})`,
+        caption: `Key/value head ${head} (read by ${readBy})`,
         values: rows.map((row) => [...row.key[head], ...row.value[head]]),
         rows: labels,
         cols,
@@ -499,7 +498,8 @@ export class KvCache extends ServiceWidget {
     const group = config.heads / config.kvHeads;
     const heads = Array.from(
       { length: config.heads },
-      (_, i) => `head ${i + 1}${config.kvHeads < config.heads ? ` (kv ${Math.floor(i / group) + 1})` : ""}`,
+      // Numbered from 0 like <multi-head-attention> and PyTorch: query head i reads key/value head i // group.
+      (_, i) => `head ${i}${config.kvHeads < config.heads ? ` (kv ${Math.floor(i / group)})` : ""}`,
     );
     const dims = (letter) => Array.from({ length: config.d }, (_, j) => `${letter}${subscript(j + 1)}`);
     const keys = Array.from({ length: step - start }, (_, j) => tokenLabel(config.tokens, start + j));
