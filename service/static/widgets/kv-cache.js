@@ -466,8 +466,9 @@ export class KvCache extends ServiceWidget {
     ];
     const group = config.heads / config.kvHeads;
     return Array.from({ length: config.kvHeads }, (_, head) => {
-      const readers = Array.from({ length: config.heads }, (_, i) => i)
-        .filter((i) => Math.floor(i / group) === head);
+      const readers = Array.from({ length: config.heads }, (_, i) => i).filter(
+        (i) => Math.floor(i / group) === head,
+      );
       const readBy = `query ${plural(readers.length, "head")} ${readers.join(", ")}`;
       const table = matrixTable({
         name: `cache-${head}`,
