@@ -499,7 +499,7 @@ export class KvCache extends ServiceWidget {
     const group = config.heads / config.kvHeads;
     const heads = Array.from(
       { length: config.heads },
-      // Numbered from 0 like <multi-head-attention> and PyTorch: query head i reads key/value head i // group.
+      // From 0, as <multi-head-attention> numbers them: query head i reads key/value head i // group.
       (_, i) => `head ${i}${config.kvHeads < config.heads ? ` (kv ${Math.floor(i / group)})` : ""}`,
     );
     const dims = (letter) => Array.from({ length: config.d }, (_, j) => `${letter}${subscript(j + 1)}`);
