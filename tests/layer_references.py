@@ -327,3 +327,25 @@ def reference_for_options(case: dict[str, Any]) -> OptionsReference:
         softcap=case["softcap"],
         rope=case["rope"],
     )
+
+
+def reference_for_layer(case: dict[str, Any]) -> tuple[np.ndarray, Any, np.ndarray]:
+    """The loop reference for a ``layer_cases`` case: (output, per-head reference, head outputs)."""
+    batch = case["query"].shape[:-2]
+    slopes = case["slopes"]
+    return reference_multi_head(
+        case["query"],
+        case["key"],
+        case["value"],
+        case["weights"],
+        case["biases"],
+        num_heads=case["num_heads"],
+        num_kv_heads=case["num_kv_heads"],
+        mask=case["mask"],
+        slopes=None if slopes is None else np.broadcast_to(slopes, (*batch, case["num_heads"])),
+        causal=case["causal"],
+        alignment=case["alignment"],
+        window=case["window"],
+        softcap=case["softcap"],
+        rope=case["rope"],
+    )

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 
 from service import create_app
 from tests.conftest import ContractCheckingClient
-from tests.layer_references import layer_cases, reference_multi_head, reference_rope, reference_sinusoidal
+from tests.layer_references import layer_cases, reference_for_layer, reference_rope, reference_sinusoidal
 
 TOLERANCE = {"rtol": 1e-12, "atol": 1e-12}
 
@@ -26,7 +26,7 @@ def post(path: str, body: dict[str, Any]) -> Any:
 @settings(max_examples=30, deadline=None)
 @given(layer_cases())
 def test_the_layer_over_http_matches_the_loop_reference(case: dict[str, Any]) -> None:
-    batch, heads = case["query"].shape[:-2], case["num_heads"]
+    heads = case["num_heads"]
     body: dict[str, Any] = {
         "query": case["query"].tolist(),
         **{name: weight.tolist() for name, weight in case["weights"].items()},
@@ -53,22 +53,7 @@ def test_the_layer_over_http_matches_the_loop_reference(case: dict[str, Any]) ->
     response = post("/v1/multi-head-attention", body)
     assert response.status_code == 200, response.get_data(as_text=True)
     answer = response.get_json()
-    output, per_head, head_outputs = reference_multi_head(
-        case["query"],
-        case["key"],
-        case["value"],
-        case["weights"],
-        case["biases"],
-        num_heads=heads,
-        num_kv_heads=case["num_kv_heads"],
-        mask=case["mask"],
-        slopes=None if case["slopes"] is None else np.broadcast_to(case["slopes"], (*batch, heads)),
-        causal=case["causal"],
-        alignment=case["alignment"],
-        window=case["window"],
-        softcap=case["softcap"],
-        rope=case["rope"],
-    )
+    output, per_head, head_outputs = reference_for_layer(case)
     np.testing.assert_allclose(answer["output"], output, **TOLERANCE)
     np.testing.assert_allclose(answer["weights"], per_head.weights, **TOLERANCE)
     np.testing.assert_allclose(answer["heads"], head_outputs, **TOLERANCE)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 
 from service.kernels import KernelError, Rotary, ShapeError, multi_head_attention, multi_head_shapes
-from tests.layer_references import layer_cases, reference_multi_head
+from tests.layer_references import layer_cases, reference_for_layer
 
 
 @settings(max_examples=100, deadline=None)
@@ -37,22 +37,7 @@ def test_the_layer_matches_the_loop_reference(case: dict[str, Any]) -> None:
         return_heads=True,
         return_projections=True,
     )
-    output, per_head, head_outputs = reference_multi_head(
-        case["query"],
-        case["key"],
-        case["value"],
-        case["weights"],
-        case["biases"],
-        num_heads=heads,
-        num_kv_heads=case["num_kv_heads"],
-        mask=case["mask"],
-        slopes=None if case["slopes"] is None else np.broadcast_to(case["slopes"], (*batch, heads)),
-        causal=case["causal"],
-        alignment=case["alignment"],
-        window=case["window"],
-        softcap=case["softcap"],
-        rope=case["rope"],
-    )
+    output, per_head, head_outputs = reference_for_layer(case)
     np.testing.assert_allclose(result.output, output, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(result.weights, per_head.weights, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(result.heads, head_outputs, rtol=1e-12, atol=1e-12)
