@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from marshmallow import EXCLUDE, RAISE, Schema, ValidationError, fields, missing, pre_load
@@ -25,16 +26,22 @@ class RequestSchema(Schema):
     :meth:`load` takes a shorter way through a valid body (below); anything else goes marshmallow's way.
     """
 
-    _plan: tuple[tuple[_FieldPlan, ...], frozenset[str], frozenset[str]] | None = None
+    _plan: tuple[tuple[_FieldPlan, ...], frozenset[str]] | None = None
 
     @pre_load
     def _null_means_absent(self, data: Any, **kwargs: Any) -> Any:
         if not isinstance(data, dict):
             return data  # marshmallow refuses a body that is not an object, naming it
-        optional = self._optional_names()
+        return self._without_null_optionals(data)
+
+    def _without_null_optionals(self, data: dict[str, Any]) -> dict[str, Any]:
+        """``data`` without the optional fields sent as ``null`` (the one rule for both ways of loading)."""
+        optional = self._optional_names
         return {name: value for name, value in data.items() if value is not None or name not in optional}
 
+    @functools.cached_property
     def _optional_names(self) -> frozenset[str]:
+        # Once per schema instance: the fields are fixed when it is built.
         return frozenset(
             field.data_key or name for name, field in self.load_fields.items() if not field.required
         )
@@ -53,8 +60,8 @@ class RequestSchema(Schema):
         plan = self._plan if self._plan is not None else self._make_plan()
         if not plan or many or partial or unknown is not None or type(data) is not dict:
             return super().load(data, many=many, partial=partial, unknown=unknown)
-        fields_plan, optional, known = plan
-        body = {name: value for name, value in data.items() if value is not None or name not in optional}
+        fields_plan, known = plan
+        body = self._without_null_optionals(data)
         if not body.keys() <= known:
             return super().load(data)
         result: dict[str, Any] = {}
@@ -97,9 +104,7 @@ class RequestSchema(Schema):
         )
         if any("." in attribute for _, attribute, _ in steps):
             plain = False
-        plan = (
-            (steps, self._optional_names(), frozenset(data_key for data_key, _, _ in steps)) if plain else ()
-        )
+        plan = (steps, frozenset(data_key for data_key, _, _ in steps)) if plain else ()
         self._plan = plan  # type: ignore[assignment]
         return plan
 
