@@ -428,8 +428,8 @@ def rotate_rows(
     query_positions = np.arange(n, dtype=np.float64) + query_offset
     key_positions = np.arange(m, dtype=np.float64) + key_offset
     return (
-        rotate(q, tables_at(query_positions, dim, base, dtype), style=rotary.style),
-        rotate(k, tables_at(key_positions, dim, base, dtype), style=rotary.style),
+        rotate(q, tables_at(query_positions, dim, base, dtype), style=rotary.style, field="query"),
+        rotate(k, tables_at(key_positions, dim, base, dtype), style=rotary.style, field="key"),
     )
 
 

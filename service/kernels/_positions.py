@@ -17,9 +17,11 @@ from service.kernels._common import (
     DTypeArg,
     FloatArray,
     FloatDType,
+    all_finite,
     as_float_array,
     check_finite_scalar,
     check_int,
+    overflow_error,
     resolve_float_dtype,
 )
 from service.kernels._errors import KernelError, ShapeError, format_shape
@@ -172,6 +174,8 @@ def apply_rotary(
     """
     float_dtype = resolve_float_dtype(dtype)
     array = as_float_array(x, float_dtype, field="x")
+    if not all_finite(array):  # 1e39 in float32: every feature is answered, rotated or passed through
+        raise overflow_error("x", float_dtype, field="x")
     if array.ndim < 2:
         raise ShapeError(
             f"x must have at least 2 dimensions [..., n, d], got {format_shape(array.shape)}", field="x"
@@ -183,13 +187,18 @@ def apply_rotary(
     where = _positions(positions)
     if where.shape[0] != n:
         raise ShapeError(f"positions has {where.shape[0]} entries but x has n={n} rows", field="positions")
-    return rotate(array, tables_at(where, dim, _check_base(base), float_dtype), style=style)
+    return rotate(array, tables_at(where, dim, _check_base(base), float_dtype), style=style, field="x")
 
 
-def rotate(x: FloatArray, tables: RotaryTables, *, style: RotaryStyle) -> FloatArray:
+def rotate(x: FloatArray, tables: RotaryTables, *, style: RotaryStyle, field: str) -> FloatArray:
     """``x [..., n, d]`` rotated with ``tables`` (``[n, dim/2]``) on its first ``dim`` features (a new array).
 
     The one implementation of the rotation, used by :func:`apply_rotary` and by attention's ``rotary``.
+    A pair of finite features whose rotation leaves the float range (``[1.7e308, 1.7e308]`` turned by one
+    radian has a second feature of 2.35e308) raises :class:`NumericalOverflowError` naming ``field``: each
+    rotated feature is a sum of two products by cos and sin (at most 1 in size), so it overflows only when
+    the true value is beyond the range. A pair that holds a non-finite feature already (a float32 key of
+    1e39, which attention lets a hidden key hold) is the caller's to judge, as it would be unrotated.
     """
     half = tables.cos.shape[-1]
     dim = 2 * half
@@ -199,9 +208,14 @@ def rotate(x: FloatArray, tables: RotaryTables, *, style: RotaryStyle) -> FloatA
         first, second = x[..., 0:dim:2], x[..., 1:dim:2]
     cos, sin = tables.cos, tables.sin
     out = x.copy()
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow shows as non-finite scores, checked later
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below, naming the field
         rotated_first = first * cos - second * sin
         rotated_second = second * cos + first * sin
+    if not (all_finite(rotated_first) and all_finite(rotated_second)):
+        overflowed = np.isfinite(first) & np.isfinite(second)
+        overflowed &= ~(np.isfinite(rotated_first) & np.isfinite(rotated_second))
+        if overflowed.any():
+            raise overflow_error(f"{field} rotated by rotary", x.dtype, field=field)
     if style == "half":
         out[..., :half], out[..., half:dim] = rotated_first, rotated_second
     else:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from service import create_app
 from tests.conftest import ContractCheckingClient
 from tests.layer_references import layer_cases, reference_for_layer, reference_rope, reference_sinusoidal
+from tests.problems import assert_problem
 
 TOLERANCE = {"rtol": 1e-12, "atol": 1e-12}
 
@@ -170,3 +171,56 @@ def test_bad_encodings_name_the_field(body: dict[str, Any], field: str | None, s
     assert response.status_code == status, response.get_data(as_text=True)
     if field is not None:
         assert field in response.get_json()["errors"]
+
+
+# [1.7e308, 1.7e308] rotated to position 1 is [-5.1e307, 2.35e308]: the second feature is beyond float64.
+ROTATED_PAST_FLOAT64 = [[1.7e308, 1.7e308]]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"kind": "rotary", "x": ROTATED_PAST_FLOAT64, "positions": [1]},
+        {"kind": "rotary", "x": ROTATED_PAST_FLOAT64, "positions": [1], "include": ["tables"]},
+        {
+            "kind": "rotary",
+            "x": [[3e38, 3e38]],
+            "positions": [1],
+            "style": "interleaved",
+            "precision": "float32",
+        },
+        {"kind": "rotary", "x": [[1.0, 1e39]], "positions": [0], "precision": "float32"},
+    ],
+)
+def test_a_rotation_beyond_the_float_range_is_a_422_naming_x(body: dict[str, Any]) -> None:
+    # It was a 200 with a wrong first feature and a null second one.
+    problem = assert_problem(post("/v1/positional-encoding", body), 422, field="x", says="overflowed")
+    assert problem["type"].endswith(":numerical-overflow")
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_attention_and_the_layer_with_rotary_overflow_are_422s(softcap: float | None) -> None:
+    # With a soft-cap the overflowed scores were capped into a 200 (weights [0.5, 0.5]).
+    options: dict[str, Any] = {"rotary": {}, **({} if softcap is None else {"softcap": softcap})}
+    attention = post(
+        "/v1/attention",
+        {
+            "query": [[1.0, 1.0]],
+            "key": [[1.0, 1.0], *ROTATED_PAST_FLOAT64],
+            "value": [[1.0], [2.0]],
+            **options,
+        },
+    )
+    assert assert_problem(attention, 422, field="key", says="rotary")["type"].endswith(":numerical-overflow")
+    eye = [[1.0, 0.0], [0.0, 1.0]]
+    layer = post(
+        "/v1/multi-head-attention",
+        {
+            "query": [[1.0, 1.0], *ROTATED_PAST_FLOAT64],
+            **{name: eye for name in ("w_q", "w_k", "w_v", "w_o")},
+            "num_heads": 1,
+            "include": ["q", "k"],
+            **options,
+        },
+    )
+    assert assert_problem(layer, 422, field="query", says="rotary")["type"].endswith(":numerical-overflow")

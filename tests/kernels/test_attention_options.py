@@ -10,7 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.kernels import EmptyRowError, KernelError, Rotary, ShapeError, attention
+from service.kernels import (
+    EmptyRowError,
+    KernelError,
+    NumericalOverflowError,
+    Rotary,
+    ShapeError,
+    attention,
+)
 from tests.layer_references import (
     RopeSpec,
     option_cases,
@@ -131,6 +138,42 @@ def test_softcap_bounds_the_scores() -> None:
     # Soft-capping acts before the bias: a bias of 3 is added to the capped score.
     biased = attention(query, key, value, softcap=5.0, scale=1.0, bias=[[3.0, 0.0]], return_scores=True)
     np.testing.assert_allclose(biased.scores, [[5 * math.tanh(20) + 3, -5 * math.tanh(20)]], rtol=1e-15)
+
+
+HUGE = 1.7e308  # [HUGE, HUGE] rotated to position 1 is [-5.1e307, 2.35e308]: beyond float64
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_a_query_rotated_beyond_the_float_range_is_an_overflow_naming_query(softcap: float | None) -> None:
+    # One query, two keys: under lower_right the query sits at position 1. With a soft-cap the overflowed
+    # score used to be capped into a plausible answer (a 200 with weights [0.5, 0.5]).
+    assert math.isinf(reference_rope([HUGE, HUGE], 1, base=10000.0, style="half", dim=2)[1])
+    with pytest.raises(NumericalOverflowError, match="rotary") as error:
+        attention([[HUGE, HUGE]], [[1.0, 1.0], [1.0, 1.0]], [[1.0], [2.0]], rotary=Rotary(), softcap=softcap)
+    assert error.value.field == "query"
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_a_key_rotated_beyond_the_float_range_is_an_overflow_naming_key(softcap: float | None) -> None:
+    with pytest.raises(NumericalOverflowError, match="rotary") as error:
+        attention([[1.0, 1.0]], [[1.0, 1.0], [HUGE, HUGE]], [[1.0], [2.0]], rotary=Rotary(), softcap=softcap)
+    assert error.value.field == "key"
+
+
+def test_a_float32_key_rotated_beyond_its_range_is_an_overflow() -> None:
+    query, key = np.ones((1, 2), dtype=np.float32), np.array([[1.0, 1.0], [3e38, 3e38]], dtype=np.float32)
+    with pytest.raises(NumericalOverflowError, match="float32") as error:
+        attention(query, key, np.ones((2, 1)), rotary=Rotary(style="interleaved"), dtype=np.float32)
+    assert error.value.field == "key"
+
+
+def test_a_hidden_key_beyond_float32_still_takes_no_part_with_rotary() -> None:
+    # 1e39 is inf in float32 before any rotation; the mask hides that key from the only query.
+    key = np.array([[1.0, 0.0], [1e39, 1e39]])
+    result = attention(
+        [[1.0, 0.0]], key, [[3.0], [5.0]], mask=[[True, False]], rotary=Rotary(), dtype=np.float32
+    )
+    np.testing.assert_array_equal(result.output, [[3.0]])
 
 
 @pytest.mark.parametrize("style", ["half", "interleaved"])

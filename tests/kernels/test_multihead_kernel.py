@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from service.kernels import KernelError, Rotary, ShapeError, multi_head_attention, multi_head_shapes
+from service.kernels import (
+    KernelError,
+    NumericalOverflowError,
+    Rotary,
+    ShapeError,
+    multi_head_attention,
+    multi_head_shapes,
+)
 from tests.layer_references import layer_cases, reference_for_layer
 
 
@@ -103,3 +110,23 @@ def test_bad_layers_name_the_field(arguments: dict[str, Any], field: str) -> Non
     with pytest.raises((KernelError, ShapeError)) as error:
         multi_head_attention(np.ones((3, 4)), **layer)
     assert error.value.field == field
+
+
+@pytest.mark.parametrize("return_projections", [False, True])
+def test_projections_rotated_beyond_the_float_range_are_an_overflow(return_projections: bool) -> None:
+    # Identity projections keep [1.7e308, 1.7e308] finite; rotary at position 1 takes it to 2.35e308.
+    # With a soft-cap the overflowed scores were capped into an answer, and the projections held inf.
+    eye = np.eye(2)
+    with pytest.raises(NumericalOverflowError, match="rotary") as error:
+        multi_head_attention(
+            [[1.0, 1.0], [1.7e308, 1.7e308]],
+            w_q=eye,
+            w_k=eye,
+            w_v=eye,
+            w_o=eye,
+            num_heads=1,
+            softcap=5.0,
+            rotary=Rotary(),
+            return_projections=return_projections,
+        )
+    assert error.value.field == "query"

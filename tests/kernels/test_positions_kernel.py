@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.kernels import KernelError, ShapeError, apply_rotary, rotary_tables, sinusoidal_encoding
+from service.kernels import (
+    KernelError,
+    NumericalOverflowError,
+    ShapeError,
+    apply_rotary,
+    rotary_tables,
+    sinusoidal_encoding,
+)
 from tests.layer_references import reference_rope, reference_sinusoidal
 
 
@@ -94,3 +101,42 @@ def test_bad_arguments_name_the_field(call: object, field: str) -> None:
     with pytest.raises((KernelError, ShapeError)) as error:
         call()  # type: ignore[operator]
     assert error.value.field == field
+
+
+# Rows near the float range: the loop reference (Python floats, float64) says which rotations leave it.
+# [1.7e308, 1.7e308] at position 1 turns into [-5.1e307, 2.35e308]: the second feature is beyond float64.
+HUGE = 1.7e308
+
+
+def test_a_rotation_beyond_the_float_range_is_an_overflow_naming_x() -> None:
+    assert math.isinf(reference_rope([HUGE, HUGE], 1, base=10000.0, style="half", dim=2)[1])
+    with pytest.raises(NumericalOverflowError, match="overflowed") as error:
+        apply_rotary([[HUGE, HUGE]], [1])
+    assert error.value.field == "x"
+
+
+def test_a_float32_rotation_beyond_its_range_is_an_overflow_naming_x() -> None:
+    x = np.array([[3e38, 3e38]], dtype=np.float32)
+    largest = float(np.finfo(np.float32).max)
+    expected = reference_rope([float(v) for v in x[0]], 1, base=10000.0, style="interleaved", dim=2)
+    assert abs(expected[1]) > largest  # the answer does not exist in float32
+    with pytest.raises(NumericalOverflowError, match="float32") as error:
+        apply_rotary(x, [1], style="interleaved", dtype=np.float32)
+    assert error.value.field == "x"
+
+
+def test_x_beyond_float32_before_any_rotation_is_an_overflow_naming_x() -> None:
+    # 1e39 is inf in float32; a feature past dim passes through and would be answered as inf (null in JSON).
+    with pytest.raises(NumericalOverflowError) as error:
+        apply_rotary([[1.0, 0.0, 1e39]], [0], dim=2, dtype=np.float32)
+    assert error.value.field == "x"
+
+
+@pytest.mark.parametrize("style", ["half", "interleaved"])
+def test_rows_near_the_float_range_that_stay_in_it_are_rotated(style: str) -> None:
+    # |rotated| <= sqrt(2) * 1e308 < 1.798e308 at every angle: no false overflow near the edge.
+    x = [[1e308, 1e308, -1e308, 1e308]]
+    for position in (1, 2, 1000):
+        rotated = apply_rotary(x, [position], style=style)  # type: ignore[arg-type]
+        expected = reference_rope(x[0], position, base=10000.0, style=style, dim=4)
+        np.testing.assert_allclose(rotated[0], expected, rtol=1e-12)

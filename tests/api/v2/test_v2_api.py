@@ -583,3 +583,25 @@ def test_grouped_heads_alibi_and_softcap_on_v2_equal_v1(client: FlaskClient) -> 
     v1 = _v1(client, "/v1/attention", {**{name: a.tolist() for name, a in arrays.items()}, **options})
     for name in ("output", "weights"):
         assert_same(v2[name], as_v1(v1[name]))
+
+
+def test_an_overflow_is_the_same_problem_on_v2_as_on_v1(client: FlaskClient) -> None:
+    # /v2 has no rotary (an object, not a scalar parameter): it is refused by name; an overflow of the
+    # scores is /v1's numerical-overflow problem, member for member, plus the protocol's error.
+    arrays = {
+        "query": np.array([[1.7e308, 1.7e308]]),
+        "key": np.ones((2, 2)),
+        "value": np.array([[1.0], [2.0]]),
+    }
+    v1 = assert_problem(client.post("/v1/attention", json={k: a.tolist() for k, a in arrays.items()}), 422)
+    body, headers = binary_body([(name, array, "FP64") for name, array in arrays.items()])
+    v2 = assert_problem(client.post("/v2/models/attention/infer", data=body, headers=headers), 422)
+    assert v1["type"].endswith(":numerical-overflow")
+    assert {k: v2[k] for k in ("type", "title", "status", "detail", "errors")} == {
+        k: v1[k] for k in ("type", "title", "status", "detail", "errors")
+    }
+    assert v2["error"] == v2["detail"]
+    body, headers = binary_body(
+        [(name, array, "FP64") for name, array in arrays.items()], parameters={"rotary": {}}
+    )
+    assert_problem(client.post("/v2/models/attention/infer", data=body, headers=headers), 422, field="rotary")
