@@ -23,6 +23,12 @@ from flask_cors.core import (
 )
 
 MAX_CACHED = 1024
+# /v2's binary tensor data gives the JSON header's length in this header, both ways: a page on another
+# origin must be allowed to send it (it is not CORS-safelisted) and to read it on the answer (only
+# safelisted response headers are readable unless exposed), or it can neither send nor split binary bodies.
+BINARY_HEADER_LENGTH = "Inference-Header-Content-Length"
+ALLOW_HEADERS = ["Content-Type", "Authorization", "X-Request-ID", BINARY_HEADER_LENGTH]
+EXPOSE_HEADERS = ["X-Request-ID", BINARY_HEADER_LENGTH]
 _CacheKey = tuple[str | None, str | None, str | None, str | None, str | None]
 
 
@@ -31,8 +37,8 @@ def enable_cors(app: Flask) -> None:
     options: dict[str, Any] = {
         "origins": app.config["CORS_ORIGINS"],
         "methods": ["GET", "POST", "OPTIONS"],
-        "allow_headers": ["Content-Type", "Authorization", "X-Request-ID"],
-        "expose_headers": ["X-Request-ID"],
+        "allow_headers": ALLOW_HEADERS,
+        "expose_headers": EXPOSE_HEADERS,
         "max_age": app.config["CORS_MAX_AGE"],
         "supports_credentials": False,
         # "*" rather than an echo: cacheable by any proxy

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import struct
+
+import pytest
 from flask.testing import FlaskClient
 
 from service import create_app
+from service.web.cors import ALLOW_HEADERS, EXPOSE_HEADERS
 
 PREFLIGHT = {
     "Origin": "https://teaching.example",
@@ -59,8 +64,8 @@ def _reference_app(origins: list[str]) -> FlaskClient:
         app,
         origins=origins,
         methods=["GET", "POST", "OPTIONS"],
-        allow_headers=["Content-Type", "Authorization", "X-Request-ID"],
-        expose_headers=["X-Request-ID"],
+        allow_headers=ALLOW_HEADERS,
+        expose_headers=EXPOSE_HEADERS,
         max_age=600,
         supports_credentials=False,
         send_wildcard=origins == ["*"],
@@ -107,3 +112,46 @@ def test_made_up_origins_do_not_grow_the_cache_without_bound() -> None:
     hook = next(h for h in client.application.after_request_funcs[None] if h.__name__ == "cors_headers")
     cache = next(cell.cell_contents for cell in hook.__closure__ if isinstance(cell.cell_contents, dict))
     assert len(cache) == MAX_CACHED
+
+
+V2_PREFLIGHT = {
+    "Origin": "https://teaching.example",
+    "Access-Control-Request-Method": "POST",
+    "Access-Control-Request-Headers": "content-type,inference-header-content-length",
+}
+
+
+def _binary_infer_body() -> tuple[bytes, dict[str, str]]:
+    """softmax of [1, 2] as binary tensor data, every output asked for as binary."""
+    head = json.dumps(
+        {
+            "inputs": [
+                {"name": "logits", "shape": [2], "datatype": "FP64", "parameters": {"binary_data_size": 16}}
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    return head + struct.pack("<2d", 1.0, 2.0), {
+        "Inference-Header-Content-Length": str(len(head)),
+        "Content-Type": "application/octet-stream",
+    }
+
+
+@pytest.mark.parametrize("origins", [["*"], ["https://teaching.example"]])
+def test_a_page_elsewhere_may_send_and_split_binary_v2_requests(origins: list[str]) -> None:
+    client = create_app({"TESTING": True, "CORS_ORIGINS": origins, "ACCESS_LOG": False}).test_client()
+    preflight = client.options("/v2/models/softmax/infer", headers=V2_PREFLIGHT)
+    assert preflight.status_code == 200
+    allowed = {name.strip().lower() for name in preflight.headers["Access-Control-Allow-Headers"].split(",")}
+    assert {"content-type", "inference-header-content-length"} <= allowed
+
+    body, headers = _binary_infer_body()
+    answer = client.post(
+        "/v2/models/softmax/infer", data=body, headers={**headers, "Origin": "https://teaching.example"}
+    )
+    assert answer.status_code == 200
+    assert answer.mimetype == "application/octet-stream"
+    length = int(answer.headers["Inference-Header-Content-Length"])
+    assert json.loads(answer.get_data()[:length])["outputs"][0]["name"] == "probabilities"
+    exposed = {name.strip().lower() for name in answer.headers["Access-Control-Expose-Headers"].split(",")}
+    assert {"inference-header-content-length", "x-request-id"} <= exposed
