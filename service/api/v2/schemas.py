@@ -107,7 +107,7 @@ def inference_request_schema(model: Model) -> type[Schema]:
             "parameters": fields.Nested(BinaryDataSizeSchema),
             "data": fields.Raw(
                 metadata={
-                    "description": "Row-major, flattened or nested; absent for binary data.",
+                    "description": "Flat (row-major), or nested exactly as shape; absent for binary data.",
                     "type": "array",
                 }
             ),

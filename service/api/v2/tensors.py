@@ -244,6 +244,14 @@ def _json_tensor(
         raise malformed(
             f"shape {list(shape)} has {count:,} elements but data has {array.size:,}.", field=name
         )
+    if array.ndim > 1 and array.shape != shape:
+        # The protocol sends data flat (row-major) or nested as the tensor; nested otherwise, it is not
+        # clear which was meant ([3, 2] for [2, 3] may be a transposed matrix), so it is not guessed.
+        raise malformed(
+            f"data is nested as {list(array.shape)} but shape is {list(shape)}; send it flat "
+            "(row-major) or nested as the shape.",
+            field=name,
+        )
     if dtype.kind == "i" and array.dtype != dtype and array.size:
         limits = np.iinfo(dtype)
         low, high = int(array.min()), int(array.max())

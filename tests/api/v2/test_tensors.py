@@ -90,3 +90,15 @@ def test_every_v2_infer_operation_documents_both_bodies_the_header_and_its_error
         assert "Inference-Header-Content-Length" in operation["responses"]["200"]["headers"]
         assert any(p["name"] == "Inference-Header-Content-Length" for p in operation["parameters"])
         assert {"400", "413", "415", "422"} <= set(operation["responses"])
+
+
+def test_nested_json_data_is_read_only_in_the_declared_shape() -> None:
+    tensor = {"name": "x", "shape": [2, 3], "datatype": "FP64"}
+    flat = decode_inputs([{**tensor, "data": [0, 1, 2, 3, 4, 5]}], memoryview(b""), SPECS)["x"]
+    nested = decode_inputs([{**tensor, "data": [[0, 1, 2], [3, 4, 5]]}], memoryview(b""), SPECS)["x"]
+    np.testing.assert_array_equal(flat, [[0, 1, 2], [3, 4, 5]])
+    np.testing.assert_array_equal(nested, flat)
+    with pytest.raises(Problem) as refused:
+        decode_inputs([{**tensor, "data": [[0, 1], [2, 3], [4, 5]]}], memoryview(b""), SPECS)
+    assert refused.value.status == 400
+    assert list(refused.value.errors) == ["x"]

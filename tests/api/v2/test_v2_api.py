@@ -605,3 +605,26 @@ def test_an_overflow_is_the_same_problem_on_v2_as_on_v1(client: FlaskClient) -> 
         [(name, array, "FP64") for name, array in arrays.items()], parameters={"rotary": {}}
     )
     assert_problem(client.post("/v2/models/attention/infer", data=body, headers=headers), 422, field="rotary")
+
+
+def test_nested_json_data_must_have_the_declared_shape(client: FlaskClient) -> None:
+    logits = np.array([[2.0, 1.0, 0.1], [0.0, 3.0, 0.5]])
+    expected = as_v1(_v1(client, "/v1/softmax", {"logits": logits.tolist()})["probabilities"])
+
+    def infer(data: Any, shape: list[int]) -> TestResponse:
+        tensor = {"name": "logits", "shape": shape, "datatype": "FP64", "data": data}
+        return client.post(
+            "/v2/models/softmax/infer", json={"inputs": [tensor], "outputs": [{"name": "probabilities"}]}
+        )
+
+    # Flat (row-major, as the protocol sends it) and nested as declared: the same answer as /v1.
+    for data in (logits.reshape(-1).tolist(), logits.tolist()):
+        assert_same(read_answer(infer(data, [2, 3]))["probabilities"], expected)
+    # Six numbers nested as [3, 2] for a tensor declared [2, 3] were once read as [2, 3] with a 200.
+    for data, nested in (
+        (logits.reshape(3, 2).tolist(), "[3, 2]"),
+        ([logits.reshape(-1).tolist()], "[1, 6]"),
+    ):
+        problem = assert_problem(infer(data, [2, 3]), 400, field="logits", says=f"nested as {nested}")
+        assert "[2, 3]" in problem["errors"]["logits"][0]
+        assert problem["error"] == problem["detail"]
