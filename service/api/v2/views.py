@@ -65,6 +65,7 @@ blp = Blueprint(
 
 SERVER_NAME = "attention-service"
 EXTENSIONS = ["binary_tensor_data", "parameters"]
+OUTPUT_BINARY_DATA = "binary_data"  # the one output parameter (binary tensor data extension)
 INFER_ERRORS = (400, 401, 413, 415, 422)
 
 
@@ -283,7 +284,17 @@ def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -
         if name in requested:
             raise invalid(f"output {name!r} is named twice.", field="outputs")
         parameters = output.get("parameters") or {}
-        binary = parameters.get("binary_data", binary_by_default) if isinstance(parameters, dict) else None
+        unsupported = sorted(set(parameters) - {OUTPUT_BINARY_DATA}) if isinstance(parameters, dict) else []
+        if unsupported:
+            # Ignoring it would answer something else than asked (raw scores for Triton's classification).
+            raise invalid(
+                f"output {name!r} has parameter {unsupported[0][:60]!r}, which this server does not support: "
+                f"an output takes only {OUTPUT_BINARY_DATA} (the extensions are {', '.join(EXTENSIONS)}).",
+                field="outputs",
+            )
+        binary = (
+            parameters.get(OUTPUT_BINARY_DATA, binary_by_default) if isinstance(parameters, dict) else None
+        )
         if not isinstance(binary, bool):
             raise malformed(
                 f"outputs[{position}].parameters.binary_data must be true or false.", field="outputs"

@@ -628,3 +628,39 @@ def test_nested_json_data_must_have_the_declared_shape(client: FlaskClient) -> N
         problem = assert_problem(infer(data, [2, 3]), 400, field="logits", says=f"nested as {nested}")
         assert "[2, 3]" in problem["errors"]["logits"][0]
         assert problem["error"] == problem["detail"]
+
+
+@pytest.mark.parametrize(
+    ("parameters", "named"),
+    [({"classification": 2}, "classification"), ({"binary_data": False, "shared_memory_region": "r"}, None)],
+)
+def test_output_parameters_other_than_binary_data_are_refused_by_name(
+    client: FlaskClient, parameters: dict[str, Any], named: str | None
+) -> None:
+    # classification (Triton's extension, not among this server's) was ignored: raw scores with a 200.
+    named = named or next(iter(set(parameters) - {"binary_data"}))
+    logits = json_tensor("logits", np.array([[1.0, 3.0, 2.0]]), "FP64")
+    outputs = [{"name": "probabilities"}, {"name": "argmax", "parameters": parameters}]
+    response = client.post("/v2/models/softmax/infer", json={"inputs": [logits], "outputs": outputs})
+    problem = assert_problem(response, 422, field="outputs", says=f"'{named}'")
+    message = problem["errors"]["outputs"][0]
+    assert "'argmax'" in message
+    assert "binary_data" in message
+    assert problem["error"] == problem["detail"]
+
+
+def test_binary_data_stays_the_output_parameter_it_was(client: FlaskClient) -> None:
+    # The contract's BinaryData schema (additionalProperties: false) is what the views now enforce.
+    logits = json_tensor("logits", np.array([[1.0, 3.0, 2.0]]), "FP64")
+    outputs = [
+        {"name": "argmax", "parameters": {"binary_data": True}},
+        {"name": "entropy", "parameters": {"binary_data": False}},
+        {"name": "temperature", "parameters": {}},
+        {"name": "probabilities"},
+    ]
+    response = client.post("/v2/models/softmax/infer", json={"inputs": [logits], "outputs": outputs})
+    answer = read_answer(response)
+    assert answer["argmax"].tolist() == [1]
+    head = json.loads(response.get_data()[: int(response.headers[HEADER])])
+    binary = {output["name"]: "parameters" in output for output in head["outputs"]}
+    assert binary == {"argmax": True, "entropy": False, "temperature": False, "probabilities": False}
