@@ -10,7 +10,13 @@ import numpy as np
 import orjson
 
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST
-from service.kernels import attention, multi_head_attention, sequence_log_likelihood
+from service.kernels import (
+    AttentionOptions,
+    MultiHeadWeights,
+    attention,
+    multi_head_attention,
+    sequence_log_likelihood,
+)
 from service.requests import PRECISIONS
 
 Floor = Callable[[dict[str, Any]], dict[str, Any]]
@@ -53,7 +59,7 @@ def _attention_floor(body: dict[str, Any]) -> dict[str, Any]:
         np.asarray(body["query"], dtype=dtype),
         np.asarray(body["key"], dtype=dtype),
         np.asarray(body["value"], dtype=dtype),
-        return_weights="weights" in body.get("include", ["weights"]),
+        include={"weights"} if "weights" in body.get("include", ["weights"]) else (),
         dtype=dtype,
     )
     answer: dict[str, Any] = {"output": result.output, "scale": result.scale, "empty_rows": []}
@@ -80,15 +86,11 @@ def _likelihood_floor(body: dict[str, Any]) -> dict[str, Any]:
 
 def _multi_head_floor(body: dict[str, Any]) -> dict[str, Any]:
     dtype = PRECISIONS[body.get("precision", "float64")]
-    weights = {name: np.asarray(body[name], dtype=dtype) for name in ("w_q", "w_k", "w_v", "w_o")}
+    w_q, w_k, w_v, w_o = (np.asarray(body[name], dtype=dtype) for name in ("w_q", "w_k", "w_v", "w_o"))
     result = multi_head_attention(
         np.asarray(body["query"], dtype=dtype),
-        w_q=weights["w_q"],
-        w_k=weights["w_k"],
-        w_v=weights["w_v"],
-        w_o=weights["w_o"],
-        num_heads=body["num_heads"],
-        causal=body.get("causal", False),
+        weights=MultiHeadWeights(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, num_heads=body["num_heads"]),
+        options=AttentionOptions(causal=body.get("causal", False)),
         dtype=dtype,
     )
     return {"output": result.output, "scale": result.scale, "empty_rows": []}

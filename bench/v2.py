@@ -67,7 +67,7 @@ def measure(row: V2Row, *, port: int, base_url: str, repeats: int, rounds: int, 
     client = Client(base_url)
 
     def kernel() -> None:
-        attention(arrays["query"], arrays["key"], arrays["value"], return_weights=weights)
+        attention(arrays["query"], arrays["key"], arrays["value"], include=include)
 
     actions: dict[str, Callable[[], Any]] = {
         "kernel": kernel,

@@ -23,6 +23,8 @@ from service.api.schemas.positions import PositionalEncodingResponseSchema
 from service.api.schemas.sample import SampleResponseSchema, sample_response
 from service.api.schemas.softmax import SoftmaxResponseSchema, softmax_response
 from service.kernels import (
+    AttentionOptions,
+    MultiHeadWeights,
     attention,
     multi_head_attention,
     sample,
@@ -85,7 +87,7 @@ SAMPLE_EXAMPLE_REQUEST: dict[str, Any] = {"logits": [2.0, 1.0, 0.1], "num_sample
 
 def computed_attention_example_response() -> dict[str, Any]:
     query, key, value = (np.asarray(ATTENTION_EXAMPLE_REQUEST[name]) for name in ("query", "key", "value"))
-    result = attention(query, key, value, return_weights=True)
+    result = attention(query, key, value, include={"weights"})
     return _as_written(AttentionResponseSchema(), attention_response(result, include=["weights"]))
 
 
@@ -108,13 +110,9 @@ def computed_multi_head_example_response() -> dict[str, Any]:
     query, w_q, w_k, w_v, w_o = (np.asarray(request[name]) for name in ("query", "w_q", "w_k", "w_v", "w_o"))
     result = multi_head_attention(
         query,
-        w_q=w_q,
-        w_k=w_k,
-        w_v=w_v,
-        w_o=w_o,
-        num_heads=request["num_heads"],
-        causal=True,
-        return_weights=True,
+        weights=MultiHeadWeights(w_q=w_q, w_k=w_k, w_v=w_v, w_o=w_o, num_heads=request["num_heads"]),
+        options=AttentionOptions(causal=True),
+        include={"weights"},
     )
     return _as_written(MultiHeadResponseSchema(), multi_head_response(result, include=["weights"]))
 

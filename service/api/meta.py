@@ -63,7 +63,7 @@ def readyz() -> dict[str, str]:
 
 def self_check() -> None:
     """Raise a 503 problem unless a tiny attention computation succeeds and is right."""
-    result = attention(_READY_QUERY, _READY_KEYS, _READY_VALUES, return_weights=True)
+    result = attention(_READY_QUERY, _READY_KEYS, _READY_VALUES, include={"weights"})
     if result.weights is None or not np.allclose(result.weights, _READY_WEIGHTS, rtol=1e-12, atol=0.0):
         raise Problem(503, "The self-check computation gave a wrong answer.", slug="not-ready")
 

@@ -1,6 +1,12 @@
 """Pure-NumPy numerical kernels: attention, multi-head layers, positional encodings, softmax, likelihood,
 sampling.
 
+Each computation is one function of its arrays, an options object and the outputs asked for:
+``attention(query, key, value, AttentionOptions(causal=True), include={"weights"})``,
+``multi_head_attention(x, weights=MultiHeadWeights(...), options=...)``, ``softmax(logits,
+truncation=Truncation(top_p=0.9))``. The options objects are frozen dataclasses checked when made, so the
+typed requests hold them and pass them down whole.
+
 The implementation lives in private modules (``_attention``, ``_multihead``, ``_positions``, ``_softmax``,
 ``_likelihood``, ``_sampling``, ``_truncation``, ``_visibility``, ``_common``, ``_errors``), as in SciPy's
 ``scipy.special`` and JAX's ``jax.nn``; this package re-exports the public names, so that
@@ -10,6 +16,8 @@ The implementation lives in private modules (``_attention``, ``_multihead``, ``_
 from __future__ import annotations
 
 from service.kernels._attention import (
+    AttentionOptions,
+    AttentionOutput,
     AttentionResult,
     AttentionShapes,
     EmptyRowPolicy,
@@ -17,7 +25,7 @@ from service.kernels._attention import (
     attention_shapes,
     check_window,
 )
-from service.kernels._common import all_finite
+from service.kernels._common import Range, all_finite
 from service.kernels._errors import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
 from service.kernels._likelihood import (
     MAX_TOP_LOGPROBS,
@@ -26,8 +34,10 @@ from service.kernels._likelihood import (
     sequence_log_likelihood,
 )
 from service.kernels._multihead import (
+    MultiHeadOutput,
     MultiHeadResult,
     MultiHeadShapes,
+    MultiHeadWeights,
     multi_head_attention,
     multi_head_shapes,
 )
@@ -48,12 +58,15 @@ from service.kernels._softmax import (
     softmax_shapes,
     tempered_log_softmax,
 )
+from service.kernels._truncation import Truncation
 from service.kernels._visibility import CausalAlignment
 
 __all__ = [
     "MAX_NUM_SAMPLES",
     "MAX_SEED",
     "MAX_TOP_LOGPROBS",
+    "AttentionOptions",
+    "AttentionOutput",
     "AttentionResult",
     "AttentionShapes",
     "CausalAlignment",
@@ -61,15 +74,19 @@ __all__ = [
     "EmptyRowPolicy",
     "KernelError",
     "LikelihoodResult",
+    "MultiHeadOutput",
     "MultiHeadResult",
     "MultiHeadShapes",
+    "MultiHeadWeights",
     "NumericalOverflowError",
+    "Range",
     "Rotary",
     "RotaryStyle",
     "RotaryTables",
     "SampleResult",
     "ShapeError",
     "SoftmaxResult",
+    "Truncation",
     "all_finite",
     "apply_rotary",
     "attention",

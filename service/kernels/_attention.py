@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Literal, cast
+from typing import ClassVar, Literal, cast, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -23,6 +23,7 @@ from service.kernels._common import (
     FloatArray,
     FloatDType,
     IntArray,
+    Range,
     all_finite,
     as_bool_mask,
     as_float_array,
@@ -46,6 +47,82 @@ from service.kernels._visibility import (
 )
 
 EmptyRowPolicy = Literal["error", "zero"]
+# The intermediates attention can return beside its output (``include``).
+AttentionOutput = Literal["weights", "scores", "logsumexp"]
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """How :func:`attention` treats the scores, everything but the query, key and value and the outputs asked
+    for; checked when made. Every option is off by default; in the order they act:
+
+    - ``scale``: multiplies ``Q Kᵀ`` (default ``1/√d_k``); any finite number.
+    - ``rotary``: RoPE on the query and key rows (:class:`Rotary`); the scores are the rotated ones.
+    - ``softcap`` (> 0): scaled scores become ``softcap · tanh(scores / softcap)`` (Gemma 2).
+    - ``bias`` (broadcastable to ``[..., n, m]``), then ``alibi_slopes`` (one per head, broadcastable to
+      the leading dimensions): adds ``−slope · |i' − j|``, with ``i'`` the query's position in key
+      coordinates (FlashAttention's ALiBi).
+    - ``mask`` (broadcastable to ``[..., n, m]``): True where a query may attend to a key; ``causal``
+      further hides later keys, aligned by ``causal_alignment`` (see :mod:`service.kernels._visibility`);
+      ``window`` ``(left, right)`` (None = unbounded side) shows key ``j`` only when
+      ``i' − left ≤ j ≤ i' + right``. The three combine by AND.
+    - ``empty_rows``: a query row that sees no key raises :class:`EmptyRowError` (``"error"``) or gets an
+      all-zero output (``"zero"``); the result lists such rows either way.
+    - ``enable_gqa``: key/value carry ``H_kv`` heads at dim −3 and the query ``H_q``, a multiple; query
+      head ``i`` reads key/value head ``i // (H_q / H_kv)`` (PyTorch's semantics; MQA is ``H_kv = 1``),
+      without copying the keys and values.
+
+    The arrays are held as given and cast to the computation's dtype by the call.
+    """
+
+    SOFTCAP: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
+
+    mask: ArrayLike | None = None
+    bias: ArrayLike | None = None
+    causal: bool = False
+    causal_alignment: CausalAlignment = "lower_right"
+    scale: float | None = None
+    enable_gqa: bool = False
+    window: tuple[int | None, int | None] | None = None
+    alibi_slopes: ArrayLike | None = None
+    softcap: float | None = None
+    rotary: Rotary | None = None
+    empty_rows: EmptyRowPolicy = "error"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
+        if self.causal_alignment not in ("lower_right", "upper_left"):
+            raise KernelError(
+                f"causal_alignment must be 'lower_right' or 'upper_left', got {self.causal_alignment!r}",
+                field="causal_alignment",
+            )
+        if self.empty_rows not in ("error", "zero"):
+            raise KernelError(
+                f"empty_rows must be 'error' or 'zero', got {self.empty_rows!r}", field="empty_rows"
+            )
+        if self.window is not None:
+            set_(self, "window", check_window(self.window))
+        if self.softcap is not None:
+            softcap = check_finite_scalar(self.softcap, field="softcap")
+            set_(self, "softcap", self.SOFTCAP.check(softcap, field="softcap"))
+        if self.scale is not None:
+            set_(self, "scale", check_finite_scalar(self.scale, field="scale"))
+
+
+DEFAULT_OPTIONS = AttentionOptions()
+
+
+def check_outputs(include: Collection[str], allowed: tuple[str, ...]) -> frozenset[str]:
+    """``include`` as a set of names from ``allowed`` (a bare string is refused: it is not a list)."""
+    chosen = None if isinstance(include, str) else frozenset(include)
+    if chosen is None or not chosen.issubset(allowed):
+        raise KernelError(
+            f"include must name outputs from: {', '.join(allowed)}; got {include!r}", field="include"
+        )
+    return chosen
+
+
+ATTENTION_OUTPUTS: tuple[str, ...] = get_args(AttentionOutput)
 
 
 @dataclass(frozen=True)
@@ -279,58 +356,29 @@ def attention(
     query: ArrayLike,
     key: ArrayLike,
     value: ArrayLike,
+    options: AttentionOptions = DEFAULT_OPTIONS,
     *,
-    mask: ArrayLike | None = None,
-    bias: ArrayLike | None = None,
-    causal: bool = False,
-    causal_alignment: CausalAlignment = "lower_right",
-    scale: float | None = None,
-    enable_gqa: bool = False,
-    window: tuple[int | None, int | None] | None = None,
-    alibi_slopes: ArrayLike | None = None,
-    softcap: float | None = None,
-    rotary: Rotary | None = None,
-    empty_rows: EmptyRowPolicy = "error",
-    return_weights: bool = False,
-    return_scores: bool = False,
-    return_logsumexp: bool = False,
+    include: Collection[AttentionOutput] = (),
     dtype: DTypeArg = np.float64,
     block_rows: int | None = None,
 ) -> AttentionResult:
     """``softmax(Q Kᵀ · scale + bias, over visible keys) @ V`` with broadcasting over leading dimensions.
 
-    Shapes: ``query [..., n, d_k]`` (or ``[d_k]``, one query), ``key [..., m, d_k]``, ``value [..., m, d_v]``,
-    ``mask`` and ``bias`` broadcastable to ``[..., n, m]``; the output is ``[..., n, d_v]``, the optional
-    ``weights``/``scores`` ``[..., n, m]`` and ``logsumexp`` ``[..., n]`` (without the ``n`` axis for one
-    query). ``mask`` is True where a query may attend to a key; ``causal`` further hides later keys (see
-    :mod:`service.kernels._visibility` for the alignment). Without weights or scores requested, query rows
-    (and, for a large batch, batch entries) are processed in blocks so that temporaries stay small.
-
-    Options, in the order they act (all off by default):
-
-    - ``rotary``: RoPE on the query and key rows (:class:`Rotary`); the scores are the rotated ones.
-    - ``softcap`` (> 0): scaled scores become ``softcap · tanh(scores / softcap)`` (Gemma 2).
-    - ``bias``, then ``alibi_slopes`` (one per head, broadcastable to the leading dimensions): adds
-      ``−slope · |i' − j|``, with ``i'`` the query's position in key coordinates (FlashAttention's ALiBi).
-    - ``window`` ``(left, right)`` (None = unbounded side): key ``j`` is visible only when
-      ``i' − left ≤ j ≤ i' + right``; with ``mask`` and ``causal`` by AND.
-    - ``enable_gqa``: key/value carry ``H_kv`` heads at dim −3 and the query ``H_q``, a multiple; query head
-      ``i`` reads key/value head ``i // (H_q / H_kv)`` (PyTorch's semantics; MQA is ``H_kv = 1``), without
-      copying the keys and values.
+    Shapes: ``query [..., n, d_k]`` (or ``[d_k]``, one query), ``key [..., m, d_k]``, ``value [..., m, d_v]``;
+    the output is ``[..., n, d_v]``. ``include`` asks for intermediates beside it: ``weights`` and
+    ``scores`` ``[..., n, m]``, ``logsumexp`` ``[..., n]`` (without the ``n`` axis for one query).
+    ``options`` (:class:`AttentionOptions`) holds the mask, bias, causal masking, scale and the rest.
+    ``dtype`` is the computation's, float64 or float32. Without weights or scores requested, query rows
+    (and, for a large batch, batch entries) are processed in blocks (``block_rows`` rows, by default as
+    many as fit in a few MB) so that temporaries stay small.
     """
     float_dtype = resolve_float_dtype(dtype)
-    if causal_alignment not in ("lower_right", "upper_left"):
-        raise KernelError(
-            f"causal_alignment must be 'lower_right' or 'upper_left', got {causal_alignment!r}",
-            field="causal_alignment",
-        )
-    if empty_rows not in ("error", "zero"):
-        raise KernelError(f"empty_rows must be 'error' or 'zero', got {empty_rows!r}", field="empty_rows")
+    outputs = check_outputs(include, ATTENTION_OUTPUTS)
     if block_rows is not None:
         block_rows = check_int(block_rows, field="block_rows", minimum=1)
-    window = None if window is None else check_window(window)
-    if softcap is not None:
-        softcap = check_finite_scalar(softcap, field="softcap", minimum=0.0, strict=True)
+    mask, bias, alibi_slopes = options.mask, options.bias, options.alibi_slopes
+    causal, causal_alignment, window = options.causal, options.causal_alignment, options.window
+    scale, softcap, rotary, enable_gqa = options.scale, options.softcap, options.rotary, options.enable_gqa
 
     q = as_float_array(query, float_dtype, field="query")
     k = as_float_array(key, float_dtype, field="key")
@@ -349,7 +397,7 @@ def attention(
         alibi_shape=None if slopes is None else slopes.shape,
         enable_gqa=enable_gqa,
     )
-    scale = 1.0 / math.sqrt(shapes.d_k) if scale is None else check_finite_scalar(scale, field="scale")
+    scale = 1.0 / math.sqrt(shapes.d_k) if scale is None else scale
     if abs(scale) > LARGEST[float_dtype]:  # checked first: the float32 cast would give inf
         raise overflow_error(f"the scale {scale:g}", float_dtype, field="scale")
 
@@ -362,7 +410,7 @@ def attention(
     if rotary is not None:
         q, k = rotate_rows(q, k, rotary, offset=offset, dtype=float_dtype)
     band = Band.build(n=shapes.n, m=shapes.m, causal=causal, alignment=causal_alignment, window=window)
-    empty_indices = _empty_rows(shapes, band, visible, policy=empty_rows, window=window)
+    empty_indices = _empty_rows(shapes, band, visible, policy=options.empty_rows, window=window)
 
     operands = _Operands(
         query=q,
@@ -386,20 +434,20 @@ def attention(
         offset=offset,
         band=band,
         block_rows=block_rows,
-        return_weights=return_weights,
-        return_scores=return_scores,
-        return_logsumexp=return_logsumexp,
+        return_weights="weights" in outputs,
+        return_scores="scores" in outputs,
+        return_logsumexp="logsumexp" in outputs,
     )
-    outputs = _attend(operands, plan)
+    results = _attend(operands, plan)
     if shapes.kv_heads is not None:
-        outputs = outputs.reshaped(shapes.batch)
+        results = results.reshaped(shapes.batch)
     if shapes.single_query:
-        outputs = outputs.first_row()
+        results = results.first_row()
     return AttentionResult(
-        output=outputs.output,
-        weights=outputs.weights,
-        scores=outputs.scores,
-        logsumexp=outputs.logsumexp,
+        output=results.output,
+        weights=results.weights,
+        scores=results.scores,
+        logsumexp=results.logsumexp,
         scale=scale,
         empty_rows=empty_indices,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
@@ -127,11 +128,51 @@ def check_finite_scalar(
     return number
 
 
-def check_int(value: int, *, field: str, minimum: int, maximum: int | None = None) -> int:
+@dataclass(frozen=True)
+class Range:
+    """An allowed interval for a number; ``None`` leaves that side open.
+
+    The one statement of a numeric rule: the kernel's option objects check with it, the typed requests
+    check with the same object (their messages name the field alike), and the contract's bounds come from it.
+    """
+
+    minimum: float | None = None
+    maximum: float | None = None
+    min_inclusive: bool = True
+    max_inclusive: bool = True
+
+    def contains(self, value: float) -> bool:
+        if self.minimum is not None and (
+            value < self.minimum or (value == self.minimum and not self.min_inclusive)
+        ):
+            return False
+        return not (
+            self.maximum is not None
+            and (value > self.maximum or (value == self.maximum and not self.max_inclusive))
+        )
+
+    def check(self, value: NumberT, *, field: str) -> NumberT:
+        """``value`` if it lies within this range, else a :class:`KernelError` naming ``field``."""
+        if not self.contains(value):
+            raise KernelError(f"{field} must be {self}, got {value:g}", field=field)
+        return value
+
+    def __str__(self) -> str:
+        low = None if self.minimum is None else f"{'>=' if self.min_inclusive else '>'} {self.minimum:g}"
+        high = None if self.maximum is None else f"{'<=' if self.max_inclusive else '<'} {self.maximum:g}"
+        return " and ".join(part for part in (low, high) if part) or "any number"
+
+
+NumberT = TypeVar("NumberT", int, float)
+
+
+def check_int(value: int, *, field: str, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as an int within ``[minimum, maximum]`` (bools are refused: they are not counts)."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise KernelError(f"{field} must be an integer, got {value!r}", field=field)
     number = int(value)
+    if minimum is None:
+        return number
     if number < minimum or (maximum is not None and number > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
         raise KernelError(f"{field} must be {bound}, got {number}", field=field)

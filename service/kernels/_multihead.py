@@ -8,15 +8,23 @@ by ``w_o``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Literal, cast, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from service.kernels._attention import EmptyRowPolicy, attention, rotate_rows
+from service.kernels._attention import (
+    DEFAULT_OPTIONS,
+    AttentionOptions,
+    AttentionOutput,
+    attention,
+    check_outputs,
+    rotate_rows,
+)
 from service.kernels._common import (
     DTypeArg,
     FloatArray,
@@ -30,6 +38,33 @@ from service.kernels._common import (
 from service.kernels._errors import KernelError, ShapeError, format_shape
 from service.kernels._positions import Rotary
 from service.kernels._visibility import CausalAlignment, position_offset
+
+# What a layer call can return beside its output (``include``): the per-head weights, scores and outputs,
+# and the projections q, k, v as the scores used them.
+MultiHeadOutput = Literal["weights", "scores", "heads", "q", "k", "v"]
+MULTI_HEAD_OUTPUTS: tuple[str, ...] = get_args(MultiHeadOutput)
+
+
+@dataclass(frozen=True)
+class MultiHeadWeights:
+    """A layer's projections and how they split into heads, in the ``x @ W`` convention.
+
+    ``w_q [d_model, H_q·d_k]``, ``w_k [d_kv_model, H_kv·d_k]``, ``w_v [d_kv_model, H_kv·d_v]``, ``w_o
+    [H_q·d_v, d_out]``; the biases (optional) have the projections' widths, ``b_q [H_q·d_k]`` and so on.
+    ``num_heads`` is ``H_q``; ``num_kv_heads`` is ``H_kv`` (default ``H_q``), which must divide it (grouped-
+    query attention). Held as given; :func:`multi_head_shapes` checks that they fit together.
+    """
+
+    w_q: ArrayLike
+    w_k: ArrayLike
+    w_v: ArrayLike
+    w_o: ArrayLike
+    num_heads: int
+    num_kv_heads: int | None = None
+    b_q: ArrayLike | None = None
+    b_k: ArrayLike | None = None
+    b_v: ArrayLike | None = None
+    b_o: ArrayLike | None = None
 
 
 @dataclass(frozen=True)
@@ -72,27 +107,19 @@ def multi_head_shapes(
     query_shape: Sequence[int],
     key_shape: Sequence[int] | None,
     value_shape: Sequence[int] | None,
-    *,
-    w_q: Sequence[int],
-    w_k: Sequence[int],
-    w_v: Sequence[int],
-    w_o: Sequence[int],
-    num_heads: int,
-    num_kv_heads: int | None = None,
-    b_q: Sequence[int] | None = None,
-    b_k: Sequence[int] | None = None,
-    b_v: Sequence[int] | None = None,
-    b_o: Sequence[int] | None = None,
+    weights: MultiHeadWeights,
 ) -> MultiHeadShapes:
-    """Check the shapes of a layer call (without allocating) and return the derived sizes.
+    """Check the shapes of a layer call (without copying the weights) and return the derived sizes.
 
-    ``query [..., n, d_model]``, ``key``/``value [..., m, d_kv_model]`` (default: the query), ``w_q
-    [d_model, H_q·d_k]``, ``w_k [d_kv_model, H_kv·d_k]``, ``w_v [d_kv_model, H_kv·d_v]``, ``w_o [H_q·d_v,
-    d_out]``, biases of the projections' widths.
+    ``query [..., n, d_model]``, ``key``/``value [..., m, d_kv_model]`` (None: the query's, as in self-
+    attention); the weights' shapes as :class:`MultiHeadWeights` states them. Only the weights' shapes are
+    read (``np.shape``): to check sizes alone, hold views such as ``np.broadcast_to(0.0, (d_model, width))``.
     """
-    num_heads = check_int(num_heads, field="num_heads", minimum=1)
+    num_heads = check_int(weights.num_heads, field="num_heads", minimum=1)
     num_kv_heads = (
-        num_heads if num_kv_heads is None else check_int(num_kv_heads, field="num_kv_heads", minimum=1)
+        num_heads
+        if weights.num_kv_heads is None
+        else check_int(weights.num_kv_heads, field="num_kv_heads", minimum=1)
     )
     if num_heads % num_kv_heads:
         raise KernelError(
@@ -100,10 +127,19 @@ def multi_head_shapes(
             "key/value head i // (num_heads / num_kv_heads))",
             field="num_kv_heads",
         )
+    w_q, w_k, w_v, w_o = (
+        np.shape(weights.w_q),
+        np.shape(weights.w_k),
+        np.shape(weights.w_v),
+        np.shape(weights.w_o),
+    )
+    b_q, b_k, b_v, b_o = (
+        None if bias is None else np.shape(bias)
+        for bias in (weights.b_q, weights.b_k, weights.b_v, weights.b_o)
+    )
     query_shape = tuple(query_shape)
     key_shape = query_shape if key_shape is None else tuple(key_shape)
     value_shape = key_shape if value_shape is None else tuple(value_shape)
-    w_q, w_k, w_v, w_o = tuple(w_q), tuple(w_k), tuple(w_v), tuple(w_o)
     for field, shape, axes in (
         ("query", query_shape, "[..., n, d_model]"),
         ("key", key_shape, "[..., m, d_kv_model]"),
@@ -216,102 +252,67 @@ def multi_head_attention(
     key: ArrayLike | None = None,
     value: ArrayLike | None = None,
     *,
-    w_q: ArrayLike,
-    w_k: ArrayLike,
-    w_v: ArrayLike,
-    w_o: ArrayLike,
-    num_heads: int,
-    num_kv_heads: int | None = None,
-    b_q: ArrayLike | None = None,
-    b_k: ArrayLike | None = None,
-    b_v: ArrayLike | None = None,
-    b_o: ArrayLike | None = None,
-    mask: ArrayLike | None = None,
-    bias: ArrayLike | None = None,
-    causal: bool = False,
-    causal_alignment: CausalAlignment = "lower_right",
-    scale: float | None = None,
-    window: tuple[int | None, int | None] | None = None,
-    alibi_slopes: ArrayLike | None = None,
-    softcap: float | None = None,
-    rotary: Rotary | None = None,
-    empty_rows: EmptyRowPolicy = "error",
-    return_weights: bool = False,
-    return_scores: bool = False,
-    return_heads: bool = False,
-    return_projections: bool = False,
+    weights: MultiHeadWeights,
+    options: AttentionOptions = DEFAULT_OPTIONS,
+    include: Collection[MultiHeadOutput] = (),
     dtype: DTypeArg = np.float64,
 ) -> MultiHeadResult:
-    """A multi-head attention layer (see the module docstring).
+    """A multi-head attention layer (see the module docstring): ``query [..., n, d_model]``, ``key`` and
+    ``value [..., m, d_kv_model]`` (default: the query) give ``output [..., n, d_out]``.
 
     Every option of :func:`attention` applies per head: ``mask``/``bias`` broadcast to ``[..., H_q, n, m]``,
-    ``alibi_slopes`` to ``[..., H_q]``.
+    ``alibi_slopes`` to ``[..., H_q]``; ``enable_gqa`` is implied (``num_kv_heads`` decides the grouping).
+    ``include`` asks for the steps in between (:class:`MultiHeadResult` gives their shapes).
     """
     float_dtype = resolve_float_dtype(dtype)
+    outputs = check_outputs(include, MULTI_HEAD_OUTPUTS)
     x_q = as_float_array(query, float_dtype, field="query")
     x_k = x_q if key is None else as_float_array(key, float_dtype, field="key")
     x_v = x_k if value is None else as_float_array(value, float_dtype, field="value")
     wq, wk, wv, wo = (
         as_float_array(array, float_dtype, field=name)
-        for name, array in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
+        for name, array in (
+            ("w_q", weights.w_q),
+            ("w_k", weights.w_k),
+            ("w_v", weights.w_v),
+            ("w_o", weights.w_o),
+        )
     )
     bq, bk, bv, bo = (
         None if array is None else as_float_array(array, float_dtype, field=name)
-        for name, array in (("b_q", b_q), ("b_k", b_k), ("b_v", b_v), ("b_o", b_o))
+        for name, array in (
+            ("b_q", weights.b_q),
+            ("b_k", weights.b_k),
+            ("b_v", weights.b_v),
+            ("b_o", weights.b_o),
+        )
     )
-    shapes = multi_head_shapes(
-        x_q.shape,
-        x_k.shape,
-        x_v.shape,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        w_q=wq.shape,
-        w_k=wk.shape,
-        w_v=wv.shape,
-        w_o=wo.shape,
-        b_q=None if bq is None else bq.shape,
-        b_k=None if bk is None else bk.shape,
-        b_v=None if bv is None else bv.shape,
-        b_o=None if bo is None else bo.shape,
+    cast_weights = dataclasses.replace(
+        weights, w_q=wq, w_k=wk, w_v=wv, w_o=wo, b_q=bq, b_k=bk, b_v=bv, b_o=bo
     )
+    shapes = multi_head_shapes(x_q.shape, x_k.shape, x_v.shape, cast_weights)
     q = _project(x_q, wq, bq, shapes.num_heads, field="w_q", dtype=float_dtype)
     k = _project(x_k, wk, bk, shapes.num_kv_heads, field="w_k", dtype=float_dtype)
     v = _project(x_v, wv, bv, shapes.num_kv_heads, field="w_v", dtype=float_dtype)
-    result = attention(
-        q,
-        k,
-        v,
-        mask=mask,
-        bias=bias,
-        causal=causal,
-        causal_alignment=causal_alignment,
-        scale=scale,
-        enable_gqa=True,
-        window=window,
-        alibi_slopes=alibi_slopes,
-        softcap=softcap,
-        rotary=rotary,
-        empty_rows=empty_rows,
-        return_weights=return_weights,
-        return_scores=return_scores,
-        dtype=float_dtype,
-    )
+    per_head = options if options.enable_gqa else dataclasses.replace(options, enable_gqa=True)
+    # cast: the names are checked above, and weights and scores are attention's outputs too.
+    per_head_outputs = cast("frozenset[AttentionOutput]", outputs & {"weights", "scores"})
+    result = attention(q, k, v, per_head, include=per_head_outputs, dtype=float_dtype)
     heads = result.output  # [..., H_q, n, d_v]
     concatenated = np.swapaxes(heads, -3, -2).reshape(
         *heads.shape[:-3], shapes.n, shapes.num_heads * shapes.d_v
     )
     output = _linear(concatenated, wo, bo, field="w_o", dtype=float_dtype)
-    rotated = None
-    if return_projections and rotary is not None:
-        rotated = _rotated_projections(q, k, rotary, causal_alignment)
+    if outputs & {"q", "k"} and options.rotary is not None:
+        q, k = _rotated_projections(q, k, options.rotary, options.causal_alignment)
     return MultiHeadResult(
         output=output,
         weights=result.weights,
         scores=result.scores,
-        heads=heads if return_heads else None,
-        q=None if not return_projections else (q if rotated is None else rotated[0]),
-        k=None if not return_projections else (k if rotated is None else rotated[1]),
-        v=v if return_projections else None,
+        heads=heads if "heads" in outputs else None,
+        q=q if "q" in outputs else None,
+        k=k if "k" in outputs else None,
+        v=v if "v" in outputs else None,
         scale=result.scale,
         empty_rows=result.empty_rows,
     )

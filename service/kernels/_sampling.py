@@ -30,7 +30,7 @@ from numpy.typing import ArrayLike
 
 from service.kernels._common import FloatArray, IntArray, check_finite_scalar, check_int, rows_per_block
 from service.kernels._softmax import masked_logits, normalize_shifted, softmax_shapes, tempered_shift
-from service.kernels._truncation import Float64Array, Truncation, kept_weights, truncate
+from service.kernels._truncation import NO_TRUNCATION, Float64Array, Truncation, kept_weights, truncate
 
 # The largest seed: 2^53 - 1, the largest integer a JavaScript number (and so any JSON parser that reads
 # numbers as doubles) holds exactly, so that the seed a client receives is the seed it can send back.
@@ -69,21 +69,19 @@ def sample(
     *,
     temperature: float = 1.0,
     mask: ArrayLike | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
+    truncation: Truncation = NO_TRUNCATION,
     num_samples: int = 1,
     seed: int | None = None,
 ) -> SampleResult:
     """Draw ``num_samples`` tokens (with replacement) from each row of ``logits`` ``[..., V]``.
 
-    The distribution is softmax's for the same ``temperature``, ``mask``, ``top_k``, ``top_p`` and
-    ``min_p``; the arithmetic is float64. ``seed`` None draws a fresh one; the result says which.
+    The distribution is softmax's for the same ``temperature``, ``mask`` and ``truncation``; the
+    arithmetic is float64. ``tokens`` and ``logprobs`` are ``[..., num_samples]``. ``seed`` None draws a
+    fresh one; the result says which.
     """
     temperature = check_finite_scalar(temperature, field="temperature", minimum=0.0)
     num_samples = check_int(num_samples, field="num_samples", minimum=1, maximum=MAX_NUM_SAMPLES)
     seed = fresh_seed() if seed is None else check_int(seed, field="seed", minimum=0, maximum=MAX_SEED)
-    truncation = Truncation.checked(top_k=top_k, top_p=top_p, min_p=min_p)
 
     masked = masked_logits(logits, mask, np.dtype(np.float64))
     size = masked.shape[-1]

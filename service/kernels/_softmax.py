@@ -26,7 +26,7 @@ from service.kernels._common import (
     resolve_float_dtype,
 )
 from service.kernels._errors import EmptyRowError, ShapeError, describe_rows, format_shape
-from service.kernels._truncation import Truncation, truncate
+from service.kernels._truncation import NO_TRUNCATION, Truncation, truncate
 
 
 def softmax_shapes(
@@ -71,19 +71,19 @@ def softmax(
     *,
     temperature: float = 1.0,
     mask: ArrayLike | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    min_p: float | None = None,
+    truncation: Truncation = NO_TRUNCATION,
     dtype: DTypeArg = np.float64,
 ) -> SoftmaxResult:
-    """Softmax over the last axis: mask → temperature → top_k → top_p → min_p, then renormalizing.
+    """Softmax over the last axis of ``logits [..., V]``: mask → temperature → top-k → top-p → min-p
+    (``truncation``, checked when it was made), then renormalizing.
 
-    ``temperature == 0`` is the greedy limit: the maximal visible logits share the probability equally.
-    The truncation (:func:`truncate`) is the one ``sample`` draws after, so this is its distribution.
+    ``mask`` (broadcastable to ``[..., V]``) is True where an entry is visible. Every per-entry result is
+    ``[..., V]``, ``entropy`` and ``argmax`` ``[...]``. ``temperature == 0`` is the greedy limit: the
+    maximal visible logits share the probability equally. The truncation (:func:`truncate`) is the one
+    ``sample`` draws after, so this is its distribution.
     """
     float_dtype = resolve_float_dtype(dtype)
     temperature = check_finite_scalar(temperature, field="temperature", minimum=0.0)
-    truncation = Truncation.checked(top_k=top_k, top_p=top_p, min_p=min_p)
     masked = masked_logits(logits, mask, float_dtype)
     # Hidden logits are -inf, and so (probability 0) are all but the maxima at temperature 0.
     shifted = tempered_shift(masked, temperature)

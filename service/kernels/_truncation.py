@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeAlias, cast
+from typing import ClassVar, TypeAlias, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from service.kernels._common import BoolArray, FloatArray, check_finite_scalar, check_int
-from service.kernels._errors import KernelError
+from service.kernels._common import BoolArray, FloatArray, Range, check_finite_scalar, check_int
 
 Float64Array: TypeAlias = NDArray[np.float64]
 
@@ -80,26 +79,33 @@ def _power_of_two(exponent: NDArray[np.int64]) -> Float64Array:
 
 @dataclass(frozen=True)
 class Truncation:
-    """The truncation options (None: that step is skipped)."""
+    """Top-k, top-p and min-p, checked when made (None: that step is skipped); see :func:`truncate`.
+
+    ``top_k >= 1``, ``top_p`` in (0, 1], ``min_p`` in [0, 1]: the ranges below are the one statement of
+    these rules, which the typed requests and the contract take from here.
+    """
+
+    TOP_K: ClassVar[Range] = Range(minimum=1)
+    TOP_P: ClassVar[Range] = Range(minimum=0, maximum=1, min_inclusive=False)
+    MIN_P: ClassVar[Range] = Range(minimum=0, maximum=1)
 
     top_k: int | None = None
     top_p: float | None = None
     min_p: float | None = None
 
-    @classmethod
-    def checked(cls, *, top_k: int | None, top_p: float | None, min_p: float | None) -> Truncation:
-        """The options, checked: top_k >= 1, top_p in (0, 1], min_p in [0, 1]."""
-        if top_k is not None:
-            top_k = check_int(top_k, field="top_k", minimum=1)
-        if top_p is not None:
-            top_p = check_finite_scalar(top_p, field="top_p", minimum=0.0, strict=True)
-            if top_p > 1:
-                raise KernelError(f"top_p must be in (0, 1], got {top_p:g}", field="top_p")
-        if min_p is not None:
-            min_p = check_finite_scalar(min_p, field="min_p", minimum=0.0)
-            if min_p > 1:
-                raise KernelError(f"min_p must be in [0, 1], got {min_p:g}", field="min_p")
-        return cls(top_k=top_k, top_p=top_p, min_p=min_p)
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
+        if self.top_k is not None:
+            set_(self, "top_k", self.TOP_K.check(check_int(self.top_k, field="top_k"), field="top_k"))
+        if self.top_p is not None:
+            top_p = check_finite_scalar(self.top_p, field="top_p")
+            set_(self, "top_p", self.TOP_P.check(top_p, field="top_p"))
+        if self.min_p is not None:
+            min_p = check_finite_scalar(self.min_p, field="min_p")
+            set_(self, "min_p", self.MIN_P.check(min_p, field="min_p"))
+
+
+NO_TRUNCATION = Truncation()
 
 
 def truncate(logits: FloatArray, scores: FloatArray, options: Truncation) -> BoolArray | None:

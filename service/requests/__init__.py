@@ -6,7 +6,8 @@ A request object that exists has passed every rule (ranks, ranges, allowed value
 
 from __future__ import annotations
 
-from service.requests._attention import AttentionOutput, AttentionRequest
+from service.kernels import AttentionOutput, MultiHeadOutput, Range
+from service.requests._attention import AttentionRequest
 from service.requests._common import (
     MAX_RANK,
     PRECISIONS,
@@ -14,12 +15,11 @@ from service.requests._common import (
     ArraySpec,
     Bound,
     Precision,
-    Range,
     RequestError,
     Work,
 )
 from service.requests._likelihood import TOP_LOGPROB_COST, LikelihoodRequest
-from service.requests._multihead import MultiHeadOutput, MultiHeadRequest
+from service.requests._multihead import MultiHeadRequest
 from service.requests._positions import PositionalEncodingRequest, PositionalOutput
 from service.requests._sample import SampleRequest
 from service.requests._softmax import SoftmaxOutput, SoftmaxRequest

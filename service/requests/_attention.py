@@ -5,14 +5,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from service.kernels import (
+    AttentionOptions,
+    AttentionOutput,
     AttentionResult,
     AttentionShapes,
     CausalAlignment,
     EmptyRowPolicy,
     KernelError,
+    Range,
     Rotary,
     RotaryStyle,
     attention,
@@ -26,7 +29,6 @@ from service.requests._common import (
     ArraySpec,
     Bound,
     Precision,
-    Range,
     Work,
     boolean,
     choice,
@@ -36,15 +38,71 @@ from service.requests._common import (
     rows_of,
 )
 
-AttentionOutput = Literal["weights", "scores", "logsumexp"]
-
 # The output-only limit bounds time, which grows with d_k + d_v (one product for the scores, one for the
 # output); it is stated for d_k = d_v = 64, and wider rows count proportionally more.
 REFERENCE_ROW_WIDTH = 128
 
 
+@dataclass(frozen=True, kw_only=True)
+class AttentionOptionFields:
+    """The attention options a client may set, declared once for attention and the multi-head layer.
+
+    Keyword-only, so that each request keeps its own arrays first. ``options`` is derived once they are
+    checked: the kernel's :class:`AttentionOptions`, which the request passes down whole.
+    """
+
+    SCALE: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
+    SOFTCAP: ClassVar[Range] = AttentionOptions.SOFTCAP
+
+    mask: AnyArray | None = None
+    bias: AnyArray | None = None
+    causal: bool = False
+    causal_alignment: CausalAlignment = "lower_right"
+    scale: float | None = None
+    window: tuple[int | None, int | None] | None = None
+    alibi_slopes: AnyArray | None = None
+    softcap: float | None = None
+    rotary: Rotary | Mapping[str, Any] | None = None
+    empty_rows: EmptyRowPolicy = "error"
+    options: AttentionOptions = field(init=False, repr=False)
+
+    def check_options(self) -> None:
+        """Check and normalize the options in place (the arrays are checked by the request's ``ARRAYS``)."""
+        set_ = object.__setattr__  # frozen: the checked, normalized values are set once, by __post_init__
+        set_(self, "causal", boolean(self.causal, field="causal"))
+        set_(
+            self, "causal_alignment", choice(self.causal_alignment, CausalAlignment, field="causal_alignment")
+        )
+        if self.scale is not None:
+            set_(self, "scale", number(self.scale, field="scale", allowed=self.SCALE))
+        if self.window is not None:
+            set_(self, "window", window_option(self.window))
+        if self.softcap is not None:
+            set_(self, "softcap", number(self.softcap, field="softcap", allowed=self.SOFTCAP))
+        if self.rotary is not None:
+            set_(self, "rotary", rotary_option(self.rotary))
+        set_(self, "empty_rows", choice(self.empty_rows, EmptyRowPolicy, field="empty_rows"))
+
+    def derive_options(self, *, enable_gqa: bool) -> None:
+        """Set ``options``, the kernel's object, from the checked fields."""
+        options = AttentionOptions(
+            mask=self.mask,
+            bias=self.bias,
+            causal=self.causal,
+            causal_alignment=self.causal_alignment,
+            scale=self.scale,
+            enable_gqa=enable_gqa,
+            window=self.window,
+            alibi_slopes=self.alibi_slopes,
+            softcap=self.softcap,
+            rotary=self.rotary if isinstance(self.rotary, Rotary) else None,
+            empty_rows=self.empty_rows,
+        )
+        object.__setattr__(self, "options", options)
+
+
 @dataclass(frozen=True)
-class AttentionRequest:
+class AttentionRequest(AttentionOptionFields):
     """``softmax(Q Kᵀ · scale + bias, over visible keys) @ V``, as a client asked for it.
 
     ``include`` names the intermediates returned beside the output. ``shapes`` is derived (and the shapes
@@ -59,24 +117,12 @@ class AttentionRequest:
         "bias": ArraySpec(axes="[..., n, m]"),
         "alibi_slopes": ArraySpec(min_rank=0, axes="[..., H]"),
     }
-    SCALE: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
-    SOFTCAP: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
     DEFAULT_INCLUDE: ClassVar[frozenset[AttentionOutput]] = frozenset({"weights"})
 
     query: AnyArray
     key: AnyArray
     value: AnyArray
-    mask: AnyArray | None = None
-    bias: AnyArray | None = None
-    causal: bool = False
-    causal_alignment: CausalAlignment = "lower_right"
-    scale: float | None = None
     enable_gqa: bool = False
-    window: tuple[int | None, int | None] | None = None
-    alibi_slopes: AnyArray | None = None
-    softcap: float | None = None
-    rotary: Rotary | Mapping[str, Any] | None = None
-    empty_rows: EmptyRowPolicy = "error"
     include: frozenset[AttentionOutput] = DEFAULT_INCLUDE
     precision: Precision = "float64"
     shapes: AttentionShapes = field(init=False, repr=False)
@@ -86,21 +132,9 @@ class AttentionRequest:
             array = getattr(self, name)
             if array is not None:
                 spec.check(array, field=name)
+        self.check_options()
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
-        set_(self, "causal", boolean(self.causal, field="causal"))
-        set_(
-            self, "causal_alignment", choice(self.causal_alignment, CausalAlignment, field="causal_alignment")
-        )
-        if self.scale is not None:
-            set_(self, "scale", number(self.scale, field="scale", allowed=self.SCALE))
         set_(self, "enable_gqa", boolean(self.enable_gqa, field="enable_gqa"))
-        if self.window is not None:
-            set_(self, "window", window_option(self.window))
-        if self.softcap is not None:
-            set_(self, "softcap", number(self.softcap, field="softcap", allowed=self.SOFTCAP))
-        if self.rotary is not None:
-            set_(self, "rotary", rotary_option(self.rotary))
-        set_(self, "empty_rows", choice(self.empty_rows, EmptyRowPolicy, field="empty_rows"))
         set_(self, "include", names(self.include, AttentionOutput, field="include"))
         set_(self, "precision", choice(self.precision, Precision, field="precision"))
         set_(
@@ -118,6 +152,7 @@ class AttentionRequest:
         )
         if isinstance(self.rotary, Rotary):  # its dim must fit d_k: checked now, not after admission
             check_rotary(self.rotary, self.shapes.d_k)
+        self.derive_options(enable_gqa=self.enable_gqa)
 
     def work(self) -> Work:
         """Weights and scores are held whole (each one counts); output-only scores go a block at a time."""
@@ -154,20 +189,8 @@ class AttentionRequest:
             self.query,
             self.key,
             self.value,
-            mask=self.mask,
-            bias=self.bias,
-            causal=self.causal,
-            causal_alignment=self.causal_alignment,
-            scale=self.scale,
-            enable_gqa=self.enable_gqa,
-            window=self.window,
-            alibi_slopes=self.alibi_slopes,
-            softcap=self.softcap,
-            rotary=self.rotary if isinstance(self.rotary, Rotary) else None,
-            empty_rows=self.empty_rows,
-            return_weights="weights" in self.include,
-            return_scores="scores" in self.include,
-            return_logsumexp="logsumexp" in self.include,
+            self.options,
+            include=self.include,
             dtype=PRECISIONS[self.precision],
         )
 

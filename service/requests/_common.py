@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeAlias, get_args
 import numpy as np
 from numpy.typing import NDArray
 
-from service.kernels import KernelError, all_finite
+from service.kernels import KernelError, Range, all_finite
 
 Precision = Literal["float64", "float32"]
 PRECISIONS: dict[Precision, type[np.floating[Any]]] = {"float64": np.float64, "float32": np.float32}
@@ -78,31 +78,6 @@ class ArraySpec:
 
 _DTYPE_KINDS: dict[ArrayKind, str] = {"number": "fiu", "integer": "iu", "boolean": "b"}
 _PLURALS: dict[ArrayKind, str] = {"number": "numbers", "integer": "integers", "boolean": "booleans"}
-
-
-@dataclass(frozen=True)
-class Range:
-    """An allowed interval for a number; ``None`` leaves that side open."""
-
-    minimum: float | None = None
-    maximum: float | None = None
-    min_inclusive: bool = True
-    max_inclusive: bool = True
-
-    def contains(self, value: float) -> bool:
-        if self.minimum is not None and (
-            value < self.minimum or (value == self.minimum and not self.min_inclusive)
-        ):
-            return False
-        return not (
-            self.maximum is not None
-            and (value > self.maximum or (value == self.maximum and not self.max_inclusive))
-        )
-
-    def __str__(self) -> str:
-        low = None if self.minimum is None else f"{'>=' if self.min_inclusive else '>'} {self.minimum:g}"
-        high = None if self.maximum is None else f"{'<=' if self.max_inclusive else '<'} {self.maximum:g}"
-        return " and ".join(part for part in (low, high) if part) or "any number"
 
 
 def number(value: object, *, field: str, allowed: Range | None = None) -> float:

@@ -6,14 +6,19 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from service.kernels import MAX_TOP_LOGPROBS, LikelihoodResult, likelihood_shapes, sequence_log_likelihood
+from service.kernels import (
+    MAX_TOP_LOGPROBS,
+    LikelihoodResult,
+    Range,
+    likelihood_shapes,
+    sequence_log_likelihood,
+)
 from service.requests._common import (
     PRECISIONS,
     AnyArray,
     ArraySpec,
     Bound,
     Precision,
-    Range,
     Work,
     boolean,
     choice,

@@ -3,43 +3,39 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import ClassVar
 
 from service.kernels import (
-    CausalAlignment,
-    EmptyRowPolicy,
+    MultiHeadOutput,
     MultiHeadResult,
     MultiHeadShapes,
+    MultiHeadWeights,
+    Range,
     Rotary,
     attention_shapes,
     check_rotary,
     multi_head_attention,
     multi_head_shapes,
 )
-from service.requests._attention import REFERENCE_ROW_WIDTH, AttentionRequest, rotary_option, window_option
+from service.requests._attention import REFERENCE_ROW_WIDTH, AttentionOptionFields
 from service.requests._common import (
     PRECISIONS,
     AnyArray,
     ArraySpec,
     Bound,
     Precision,
-    Range,
     Work,
-    boolean,
     choice,
     integer,
     names,
-    number,
 )
 
-MultiHeadOutput = Literal["weights", "scores", "heads", "q", "k", "v"]
 HEADS = Range(minimum=1)
 
 
 @dataclass(frozen=True)
-class MultiHeadRequest:
+class MultiHeadRequest(AttentionOptionFields):
     """A multi-head attention layer (AIAYN §3.2.2, PyTorch's ``nn.MultiheadAttention``), as a client asked.
 
     ``key`` and ``value`` default to the query (self-attention). ``shapes`` is derived, and every shape
@@ -77,18 +73,9 @@ class MultiHeadRequest:
     b_k: AnyArray | None = None
     b_v: AnyArray | None = None
     b_o: AnyArray | None = None
-    mask: AnyArray | None = None
-    bias: AnyArray | None = None
-    causal: bool = False
-    causal_alignment: CausalAlignment = "lower_right"
-    scale: float | None = None
-    window: tuple[int | None, int | None] | None = None
-    alibi_slopes: AnyArray | None = None
-    softcap: float | None = None
-    rotary: Rotary | Mapping[str, Any] | None = None
-    empty_rows: EmptyRowPolicy = "error"
     include: frozenset[MultiHeadOutput] = DEFAULT_INCLUDE
     precision: Precision = "float64"
+    weights: MultiHeadWeights = field(init=False, repr=False)
     shapes: MultiHeadShapes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,35 +87,27 @@ class MultiHeadRequest:
         set_(self, "num_heads", integer(self.num_heads, field="num_heads", allowed=HEADS))
         if self.num_kv_heads is not None:
             set_(self, "num_kv_heads", integer(self.num_kv_heads, field="num_kv_heads", allowed=HEADS))
-        set_(self, "causal", boolean(self.causal, field="causal"))
-        set_(
-            self, "causal_alignment", choice(self.causal_alignment, CausalAlignment, field="causal_alignment")
-        )
-        if self.scale is not None:
-            set_(self, "scale", number(self.scale, field="scale", allowed=AttentionRequest.SCALE))
-        if self.window is not None:
-            set_(self, "window", window_option(self.window))
-        if self.softcap is not None:
-            set_(self, "softcap", number(self.softcap, field="softcap", allowed=AttentionRequest.SOFTCAP))
-        if self.rotary is not None:
-            set_(self, "rotary", rotary_option(self.rotary))
-        set_(self, "empty_rows", choice(self.empty_rows, EmptyRowPolicy, field="empty_rows"))
+        self.check_options()
         set_(self, "include", names(self.include, MultiHeadOutput, field="include"))
         set_(self, "precision", choice(self.precision, Precision, field="precision"))
+        weights = MultiHeadWeights(
+            w_q=self.w_q,
+            w_k=self.w_k,
+            w_v=self.w_v,
+            w_o=self.w_o,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            b_q=self.b_q,
+            b_k=self.b_k,
+            b_v=self.b_v,
+            b_o=self.b_o,
+        )
+        set_(self, "weights", weights)
         shapes = multi_head_shapes(
             self.query.shape,
             None if self.key is None else self.key.shape,
             None if self.value is None else self.value.shape,
-            w_q=self.w_q.shape,
-            w_k=self.w_k.shape,
-            w_v=self.w_v.shape,
-            w_o=self.w_o.shape,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            b_q=None if self.b_q is None else self.b_q.shape,
-            b_k=None if self.b_k is None else self.b_k.shape,
-            b_v=None if self.b_v is None else self.b_v.shape,
-            b_o=None if self.b_o is None else self.b_o.shape,
+            weights,
         )
         set_(self, "shapes", shapes)
         # The per-head arrays' shapes: the mask, bias and slopes must fit them (checked without allocating).
@@ -143,6 +122,7 @@ class MultiHeadRequest:
         )
         if isinstance(self.rotary, Rotary):
             check_rotary(self.rotary, shapes.d_k)
+        self.derive_options(enable_gqa=True)  # the layer groups its heads: num_kv_heads decides
 
     def work(self) -> Work:
         """What the layer holds (projections, heads, output, any per-head matrices asked for) and computes
@@ -179,29 +159,8 @@ class MultiHeadRequest:
             self.query,
             self.key,
             self.value,
-            w_q=self.w_q,
-            w_k=self.w_k,
-            w_v=self.w_v,
-            w_o=self.w_o,
-            num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads,
-            b_q=self.b_q,
-            b_k=self.b_k,
-            b_v=self.b_v,
-            b_o=self.b_o,
-            mask=self.mask,
-            bias=self.bias,
-            causal=self.causal,
-            causal_alignment=self.causal_alignment,
-            scale=self.scale,
-            window=self.window,
-            alibi_slopes=self.alibi_slopes,
-            softcap=self.softcap,
-            rotary=self.rotary if isinstance(self.rotary, Rotary) else None,
-            empty_rows=self.empty_rows,
-            return_weights="weights" in self.include,
-            return_scores="scores" in self.include,
-            return_heads="heads" in self.include,
-            return_projections=bool(self.include & {"q", "k", "v"}),
+            weights=self.weights,
+            options=self.options,
+            include=self.include,
             dtype=PRECISIONS[self.precision],
         )

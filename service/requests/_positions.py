@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 
-from service.kernels import RotaryStyle, apply_rotary, rotary_tables, sinusoidal_encoding
+from service.kernels import Range, RotaryStyle, apply_rotary, rotary_tables, sinusoidal_encoding
 from service.kernels._positions import DEFAULT_BASE, MAX_POSITION, check_rotary_dim
 from service.requests._common import (
     PRECISIONS,
@@ -15,7 +15,6 @@ from service.requests._common import (
     ArraySpec,
     Bound,
     Precision,
-    Range,
     RequestError,
     Work,
     choice,

@@ -6,35 +6,25 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from service.kernels import MAX_NUM_SAMPLES, MAX_SEED, SampleResult, sample, sample_shapes
-from service.requests._common import AnyArray, ArraySpec, Bound, Range, Work, integer
-from service.requests._softmax import SoftmaxRequest, check_distribution
+from service.kernels import MAX_NUM_SAMPLES, MAX_SEED, Range, SampleResult, sample, sample_shapes
+from service.requests._common import Bound, Work, integer
+from service.requests._distribution import DistributionRequest
 
 
 @dataclass(frozen=True)
-class SampleRequest:
-    """Draw ``num_samples`` tokens from each row of ``logits``, from the distribution softmax shows."""
+class SampleRequest(DistributionRequest):
+    """Draw ``num_samples`` tokens from each row of ``logits``, from the distribution softmax shows
+    (temperature 0 is greedy: each row's first argmax)."""
 
-    ARRAYS: ClassVar[dict[str, ArraySpec]] = SoftmaxRequest.ARRAYS
-    TEMPERATURE: ClassVar[Range] = SoftmaxRequest.TEMPERATURE  # 0 is greedy: the first argmax
-    TOP_K: ClassVar[Range] = SoftmaxRequest.TOP_K
-    TOP_P: ClassVar[Range] = SoftmaxRequest.TOP_P
-    MIN_P: ClassVar[Range] = SoftmaxRequest.MIN_P
     NUM_SAMPLES: ClassVar[Range] = Range(minimum=1, maximum=MAX_NUM_SAMPLES)
     SEED: ClassVar[Range] = Range(minimum=0, maximum=MAX_SEED)
 
-    logits: AnyArray
-    mask: AnyArray | None = None
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    min_p: float | None = None
     num_samples: int = 1
     seed: int | None = None
     shape: tuple[int, ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_distribution(self)
+        self.check_distribution()
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
         set_(self, "num_samples", integer(self.num_samples, field="num_samples", allowed=self.NUM_SAMPLES))
         if self.seed is not None:
@@ -66,9 +56,7 @@ class SampleRequest:
             self.logits,
             temperature=self.temperature,
             mask=self.mask,
-            top_k=self.top_k,
-            top_p=self.top_p,
-            min_p=self.min_p,
+            truncation=self.truncation,
             num_samples=self.num_samples,
             seed=self.seed,
         )

@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 from scipy.special import logsumexp, softmax
 
 from service.kernels import (
+    AttentionOptions,
     AttentionShapes,
     EmptyRowError,
     KernelError,
@@ -24,6 +25,7 @@ from service.kernels import (
     attention,
     attention_shapes,
 )
+from tests.kernel_calls import with_options
 from tests.references import Reference, attention_cases, reference_attention, reference_for_case
 
 FAST = settings(max_examples=50, deadline=None)
@@ -36,12 +38,14 @@ def run_both(case: dict[str, Any], **kwargs: Any) -> tuple[Any, Reference]:
         case["query"],
         case["key"],
         case["value"],
-        mask=case.get("mask"),
-        bias=case.get("bias"),
-        causal=causal is not None,
-        causal_alignment=causal or "lower_right",
-        scale=case["scale"],
-        empty_rows="zero",
+        AttentionOptions(
+            mask=case.get("mask"),
+            bias=case.get("bias"),
+            causal=causal is not None,
+            causal_alignment=causal or "lower_right",
+            scale=case["scale"],
+            empty_rows="zero",
+        ),
         **kwargs,
     )
     return result, reference_for_case(case, scale=case["scale"])
@@ -50,7 +54,7 @@ def run_both(case: dict[str, Any], **kwargs: Any) -> tuple[Any, Reference]:
 @FAST
 @given(attention_cases())
 def test_matches_loop_reference(case: dict[str, Any]) -> None:
-    result, reference = run_both(case, return_weights=True, return_scores=True, return_logsumexp=True)
+    result, reference = run_both(case, include={"weights", "scores", "logsumexp"})
     np.testing.assert_allclose(result.output, reference.output, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(result.weights, reference.weights, rtol=1e-12, atol=1e-14)
     np.testing.assert_array_equal(result.logsumexp == -np.inf, reference.empty)
@@ -70,7 +74,7 @@ def test_matches_loop_reference(case: dict[str, Any]) -> None:
 @FAST
 @given(attention_cases())
 def test_scores_and_logsumexp_agree_with_scipy(case: dict[str, Any]) -> None:
-    result, reference = run_both(case, return_weights=True, return_scores=True, return_logsumexp=True)
+    result, reference = run_both(case, include={"weights", "scores", "logsumexp"})
     scores = result.scores
     rows = ~reference.empty
     with np.errstate(invalid="ignore"):  # empty rows are all -inf; only visible rows are compared
@@ -86,23 +90,23 @@ def test_scores_and_logsumexp_agree_with_scipy(case: dict[str, Any]) -> None:
 @FAST
 @given(attention_cases(), st.integers(1, 8))
 def test_blocked_equals_unblocked(case: dict[str, Any], block_rows: int) -> None:
-    whole, _ = run_both(case, return_logsumexp=True, block_rows=10**6)
-    blocked, _ = run_both(case, return_logsumexp=True, block_rows=block_rows)
-    automatic, _ = run_both(case, return_logsumexp=True)
+    whole, _ = run_both(case, include={"logsumexp"}, block_rows=10**6)
+    blocked, _ = run_both(case, include={"logsumexp"}, block_rows=block_rows)
+    automatic, _ = run_both(case, include={"logsumexp"})
     for result in (blocked, automatic):
         np.testing.assert_allclose(result.output, whole.output, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(result.logsumexp, whole.logsumexp, rtol=1e-12)
         np.testing.assert_array_equal(result.empty_rows, whole.empty_rows)
     # Blocks may also fill requested weights.
-    with_weights, _ = run_both(case, return_weights=True, block_rows=block_rows)
+    with_weights, _ = run_both(case, include={"weights"}, block_rows=block_rows)
     np.testing.assert_allclose(with_weights.output, whole.output, rtol=1e-12, atol=1e-15)
 
 
 @FAST
 @given(attention_cases())
 def test_float32_is_close_to_float64(case: dict[str, Any]) -> None:
-    double, _ = run_both(case, return_weights=True, return_logsumexp=True)
-    single, _ = run_both(case, return_weights=True, return_logsumexp=True, dtype=np.float32)
+    double, _ = run_both(case, include={"weights", "logsumexp"})
+    single, _ = run_both(case, include={"weights", "logsumexp"}, dtype=np.float32)
     assert single.output.dtype == np.float32
     assert single.weights.dtype == np.float32
     assert single.logsumexp.dtype == np.float32
@@ -113,7 +117,7 @@ def test_float32_is_close_to_float64(case: dict[str, Any]) -> None:
 
 def test_worked_examples() -> None:
     keys = [[1.0, 0.0], [0.0, 1.0]]
-    first = attention([0, 1], keys, [[6, 0], [0, 3]], return_weights=True)
+    first = attention([0, 1], keys, [[6, 0], [0, 3]], include={"weights"})
     np.testing.assert_allclose(first.weights, [0.3302, 0.6698], atol=5e-5)
     np.testing.assert_allclose(first.output, [1.9814, 2.0093], atol=5e-5)
     e = math.exp(1 / math.sqrt(2))
@@ -123,7 +127,7 @@ def test_worked_examples() -> None:
 
     second = attention([1, 0], keys, [[2, 0], [0, 4]])
     np.testing.assert_allclose(second.output, [1.3395, 1.3210], atol=5e-5)
-    masked = attention([1, 0], keys, [[2, 0], [0, 4]], mask=[True, False])
+    masked = attention([1, 0], keys, [[2, 0], [0, 4]], AttentionOptions(mask=[True, False]))
     assert masked.output.tolist() == [2.0, 0.0]
 
 
@@ -136,21 +140,15 @@ def test_single_query_drops_the_row_axis() -> None:
         query[0],
         key,
         value,
-        mask=mask,
-        bias=bias,
-        return_weights=True,
-        return_scores=True,
-        return_logsumexp=True,
+        AttentionOptions(mask=mask, bias=bias),
+        include={"weights", "scores", "logsumexp"},
     )
     rows = attention(
         query[0][np.newaxis],
         key,
         value,
-        mask=mask[:, np.newaxis],
-        bias=bias[:, np.newaxis],
-        return_weights=True,
-        return_scores=True,
-        return_logsumexp=True,
+        AttentionOptions(mask=mask[:, np.newaxis], bias=bias[:, np.newaxis]),
+        include={"weights", "scores", "logsumexp"},
     )
     assert single.output.shape == (3, 2)
     assert single.weights.shape == single.scores.shape == (3, 5)
@@ -164,15 +162,17 @@ def test_single_query_drops_the_row_axis() -> None:
 def test_single_query_empty_row_indexes_the_batch_only() -> None:
     mask = [[True, True], [False, False]]
     with pytest.raises(EmptyRowError) as raised:
-        attention([1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), mask=mask)
+        attention([1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), AttentionOptions(mask=mask))
     assert raised.value.rows == [[1]]
     assert raised.value.count == 1
     assert raised.value.field == "mask"
-    result = attention([1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), mask=mask, empty_rows="zero")
+    result = attention(
+        [1.0, 0.0], np.ones((2, 2, 2)), np.ones((2, 2, 3)), AttentionOptions(mask=mask, empty_rows="zero")
+    )
     assert result.empty_rows.tolist() == [[1]]
     assert result.output.tolist() == [[1.0, 1.0, 1.0], [0.0, 0.0, 0.0]]
     with pytest.raises(EmptyRowError) as raised:
-        attention([1.0, 0.0], np.ones((2, 2)), np.ones((2, 3)), mask=[False, False])
+        attention([1.0, 0.0], np.ones((2, 2)), np.ones((2, 3)), AttentionOptions(mask=[False, False]))
     assert raised.value.rows == [[]]
     assert raised.value.count == 1
 
@@ -182,7 +182,7 @@ def test_empty_rows_error_lists_the_rows() -> None:
     mask[0, 1] = False
     mask[1, 2] = False
     with pytest.raises(EmptyRowError) as raised:
-        attention(np.ones((2, 3, 2)), np.ones((4, 2)), np.ones((4, 2)), mask=mask)
+        attention(np.ones((2, 3, 2)), np.ones((4, 2)), np.ones((4, 2)), AttentionOptions(mask=mask))
     assert raised.value.rows == [[0, 1], [1, 2]]
     assert raised.value.count == 2
     assert raised.value.message.startswith("2 query rows have no visible key: [0, 1], [1, 2]")
@@ -196,24 +196,32 @@ def test_lower_right_causal_with_more_queries_than_keys_leaves_first_rows_empty(
     rng = np.random.default_rng(2)
     query, key, value = rng.normal(size=(5, 3)), rng.normal(size=(3, 3)), rng.normal(size=(3, 2))
     with pytest.raises(EmptyRowError) as raised:
-        attention(query, key, value, causal=True)
+        attention(query, key, value, AttentionOptions(causal=True))
     assert raised.value.rows == [[0], [1]]
     assert raised.value.count == 2
     assert raised.value.field == "causal"
     assert "[0]" in raised.value.message
-    result = attention(query, key, value, causal=True, empty_rows="zero", return_weights=True)
+    result = attention(
+        query, key, value, AttentionOptions(causal=True, empty_rows="zero"), include={"weights"}
+    )
     assert result.empty_rows.tolist() == [[0], [1]]
     assert (result.output[:2] == 0).all()
     # Row 2 sees key 0 only; the last row sees every key.
     np.testing.assert_array_equal(result.weights[2], [1.0, 0.0, 0.0])
-    upper_left = attention(query, key, value, causal=True, causal_alignment="upper_left", return_weights=True)
+    upper_left = attention(
+        query, key, value, AttentionOptions(causal=True, causal_alignment="upper_left"), include={"weights"}
+    )
     assert upper_left.empty_rows.shape == (0, 1)
     np.testing.assert_array_equal(upper_left.weights[0], [1.0, 0.0, 0.0])
 
 
 def test_zero_keys_make_every_row_empty() -> None:
     result = attention(
-        np.ones((2, 3)), np.ones((0, 3)), np.ones((0, 4)), empty_rows="zero", return_logsumexp=True
+        np.ones((2, 3)),
+        np.ones((0, 3)),
+        np.ones((0, 4)),
+        AttentionOptions(empty_rows="zero"),
+        include={"logsumexp"},
     )
     assert result.output.tolist() == [[0.0] * 4] * 2
     assert result.logsumexp.tolist() == [-math.inf, -math.inf]
@@ -222,7 +230,7 @@ def test_zero_keys_make_every_row_empty() -> None:
 
 def test_large_but_finite_scores_stay_stable() -> None:
     # Scores of about ±1e150 overflow a naive exp but not the max-shifted one.
-    result = attention([[1e75, 0.0]], [[1e75, 0.0], [-1e75, 0.0]], [[1.0], [2.0]], return_weights=True)
+    result = attention([[1e75, 0.0]], [[1e75, 0.0], [-1e75, 0.0]], [[1.0], [2.0]], include={"weights"})
     assert result.weights.tolist() == [[1.0, 0.0]]
     assert result.output.tolist() == [[1.0]]
 
@@ -247,7 +255,7 @@ def test_large_but_finite_scores_stay_stable() -> None:
 )
 def test_overflow_raises(inputs: tuple[Any, Any, Any], options: dict[str, Any], field: str) -> None:
     with pytest.raises(NumericalOverflowError) as raised:
-        attention(*inputs, **options)
+        attention(*inputs, **with_options(options))
     assert raised.value.field == field
     assert "overflow" in raised.value.message
     assert "smaller" in raised.value.message
@@ -260,7 +268,11 @@ def test_values_near_the_float_limit_do_not_overflow() -> None:
 
 def test_overflow_in_a_hidden_key_is_ignored() -> None:
     result = attention(
-        [[1.0, 0.0]], [[1.0, 0.0], [1e39, 0.0]], [[3.0], [1.0]], mask=[True, False], dtype=np.float32
+        [[1.0, 0.0]],
+        [[1.0, 0.0], [1e39, 0.0]],
+        [[3.0], [1.0]],
+        AttentionOptions(mask=[True, False]),
+        dtype=np.float32,
     )
     assert result.output.tolist() == [[3.0]]
 
@@ -302,8 +314,10 @@ def test_shape_errors_name_the_field_and_shapes(
             np.zeros(query),
             np.zeros(key),
             np.zeros(value),
-            mask=arrays.get("mask_shape"),
-            bias=None if "bias_shape" not in arrays else arrays["bias_shape"].astype(float),
+            AttentionOptions(
+                mask=arrays.get("mask_shape"),
+                bias=None if "bias_shape" not in arrays else arrays["bias_shape"].astype(float),
+            ),
         )
     assert from_kernel.value.field == field
     assert from_kernel.value.message == raised.value.message
@@ -335,12 +349,12 @@ def test_shapes_describe_the_call() -> None:
 )
 def test_invalid_options_raise_kernel_error(options: dict[str, Any], field: str) -> None:
     with pytest.raises(KernelError) as raised:
-        attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]], **options)
+        attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]], **with_options(options))
     assert raised.value.field == field
 
 
 def test_integer_mask_is_accepted() -> None:
-    as_int = attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]], mask=[1, 0])
+    as_int = attention([[1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [2.0]], AttentionOptions(mask=[1, 0]))
     assert as_int.output.tolist() == [[1.0]]
 
 
@@ -357,10 +371,10 @@ def peak_bytes(call: Callable[[], Any]) -> tuple[Any, int]:
 @FAST
 @given(attention_cases(), st.sampled_from([1, 2, 3, 5, 16]))
 def test_batch_blocks_equal_the_unblocked_result(case: dict[str, Any], block_elements: int) -> None:
-    whole, reference = run_both(case, return_logsumexp=True)
+    whole, reference = run_both(case, include={"logsumexp"})
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_common, "BLOCK_ELEMENTS", block_elements)
-        blocked, _ = run_both(case, return_logsumexp=True)
+        blocked, _ = run_both(case, include={"logsumexp"})
     np.testing.assert_allclose(blocked.output, reference.output, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(blocked.output, whole.output, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(blocked.logsumexp, whole.logsumexp, rtol=1e-12)
@@ -381,12 +395,14 @@ def test_batch_blocks_of_a_single_query_match_the_reference(causal: str | None, 
             query,
             key,
             value,
-            mask=mask,
-            bias=bias,
-            causal=causal is not None,
-            causal_alignment=causal or "lower_right",
-            empty_rows="zero",
-            return_logsumexp=True,
+            AttentionOptions(
+                mask=mask,
+                bias=bias,
+                causal=causal is not None,
+                causal_alignment=causal or "lower_right",
+                empty_rows="zero",
+            ),
+            include={"logsumexp"},
         )
     reference = reference_attention(
         np.broadcast_to(query, (2, 3, 1, 3)),
@@ -408,7 +424,7 @@ def test_a_large_batch_is_processed_in_blocks_of_bounded_size() -> None:
     query, key, value = np.full((batch, 1, 1), 0.5), np.full((m, 1), 0.25), np.ones((m, 1))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_common, "BLOCK_ELEMENTS", 1024)
-        result, peak = peak_bytes(lambda: attention(query, key, value, return_logsumexp=True))
+        result, peak = peak_bytes(lambda: attention(query, key, value, include={"logsumexp"}))
     # Every score is 0.5 * 0.25 * scale 1: uniform weights over values that are all 1.
     np.testing.assert_array_equal(result.output, np.ones((batch, 1, 1)))
     np.testing.assert_allclose(result.logsumexp, 0.125 + math.log(m), rtol=1e-15)
@@ -421,7 +437,7 @@ def test_many_empty_rows_are_counted_and_only_the_first_listed() -> None:
     tracemalloc.start()
     try:
         with pytest.raises(EmptyRowError) as raised:
-            attention(query, [[1.0]], [[1.0]], mask=[False])
+            attention(query, [[1.0]], [[1.0]], AttentionOptions(mask=[False]))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -440,14 +456,19 @@ def test_empty_rows_error_lists_the_first_ten() -> None:
     expected = ~mask.any(axis=-1)
     assert expected.sum() > 10
     with pytest.raises(EmptyRowError) as raised:
-        attention(np.ones((4, 5, 6, 2)), np.ones((3, 2)), np.ones((3, 2)), mask=mask)
+        attention(np.ones((4, 5, 6, 2)), np.ones((3, 2)), np.ones((3, 2)), AttentionOptions(mask=mask))
     assert raised.value.count == int(expected.sum())
     assert raised.value.rows == np.argwhere(expected)[:10].tolist()
     first = ", ".join(str(row) for row in raised.value.rows[:3])
     assert (
         f"{int(expected.sum()):,} query rows have no visible key; the first: {first};" in raised.value.message
     )
-    result = attention(np.ones((4, 5, 6, 2)), np.ones((3, 2)), np.ones((3, 2)), mask=mask, empty_rows="zero")
+    result = attention(
+        np.ones((4, 5, 6, 2)),
+        np.ones((3, 2)),
+        np.ones((3, 2)),
+        AttentionOptions(mask=mask, empty_rows="zero"),
+    )
     np.testing.assert_array_equal(result.empty_rows, np.argwhere(expected))
 
 
@@ -467,7 +488,10 @@ def test_empty_rows_are_an_int64_array_of_row_indices(
 ) -> None:
     value_shape = (*key_shape[:-1], 1)
     result = attention(
-        np.ones(query_shape), np.ones(key_shape), np.ones(value_shape), mask=mask, empty_rows="zero"
+        np.ones(query_shape),
+        np.ones(key_shape),
+        np.ones(value_shape),
+        AttentionOptions(mask=mask, empty_rows="zero"),
     )
     assert result.empty_rows.dtype == np.int64
     expected = np.asarray(expected, dtype=np.int64)
@@ -478,7 +502,7 @@ def test_empty_rows_are_an_int64_array_of_row_indices(
 @pytest.mark.parametrize("scale", [1e300, -1e39])
 def test_a_scale_beyond_float32_is_blamed(scale: float) -> None:
     with pytest.raises(NumericalOverflowError) as raised:
-        attention([[1.0, 0.0]], [[1.0, 0.0]], [[1.0]], scale=scale, dtype=np.float32)
+        attention([[1.0, 0.0]], [[1.0, 0.0]], [[1.0]], AttentionOptions(scale=scale), dtype=np.float32)
     assert raised.value.field == "scale"
     assert "scale" in raised.value.message
     assert "float64" in raised.value.message
@@ -492,11 +516,9 @@ def test_a_scale_that_underflows_float32_gives_uniform_weights() -> None:
         query,
         key,
         value,
-        mask=mask,
-        scale=1e-50,
+        AttentionOptions(mask=mask, scale=1e-50),
+        include={"weights", "logsumexp"},
         dtype=np.float32,
-        return_weights=True,
-        return_logsumexp=True,
     )
     # 1e-50 is 0 in float32: every visible score is 0.
     reference = reference_attention(
@@ -509,5 +531,5 @@ def test_a_scale_that_underflows_float32_gives_uniform_weights() -> None:
     np.testing.assert_allclose(result.weights, reference.weights, rtol=1e-6)
     np.testing.assert_allclose(result.output, reference.output, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(result.logsumexp, math.log(4), rtol=1e-6)
-    double = attention(query, key, value, mask=mask, scale=1e-50)
+    double = attention(query, key, value, AttentionOptions(mask=mask, scale=1e-50))
     np.testing.assert_allclose(result.output, double.output, rtol=1e-5, atol=1e-6)

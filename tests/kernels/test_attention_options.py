@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.kernels import (
+    AttentionOptions,
     EmptyRowError,
     KernelError,
     NumericalOverflowError,
@@ -47,17 +48,19 @@ def run_case(case: dict[str, Any], **extra: Any) -> Any:
         case["query"],
         case["key"],
         case["value"],
-        mask=case["kernel_mask"],
-        bias=case["bias"],
-        causal=case["causal"],
-        causal_alignment=case["alignment"],
-        scale=case["scale"],
-        enable_gqa=case["gqa"],
-        window=case["window"],
-        alibi_slopes=case["kernel_slopes"],
-        softcap=case["softcap"],
-        rotary=rotary_of(case["rope"]),
-        empty_rows="zero",
+        AttentionOptions(
+            mask=case["kernel_mask"],
+            bias=case["bias"],
+            causal=case["causal"],
+            causal_alignment=case["alignment"],
+            scale=case["scale"],
+            enable_gqa=case["gqa"],
+            window=case["window"],
+            alibi_slopes=case["kernel_slopes"],
+            softcap=case["softcap"],
+            rotary=rotary_of(case["rope"]),
+            empty_rows="zero",
+        ),
         **extra,
     )
 
@@ -65,7 +68,7 @@ def run_case(case: dict[str, Any], **extra: Any) -> Any:
 @CASES
 @given(option_cases())
 def test_every_combination_matches_the_loop_reference(case: dict[str, Any]) -> None:
-    result = run_case(case, return_weights=True, return_scores=True, return_logsumexp=True)
+    result = run_case(case, include={"weights", "scores", "logsumexp"})
     expected = reference_for_options(case)
     np.testing.assert_allclose(result.output, expected.output, **TOLERANCE)
     np.testing.assert_allclose(result.weights, expected.weights, **TOLERANCE)
@@ -79,7 +82,7 @@ def test_every_combination_matches_the_loop_reference(case: dict[str, Any]) -> N
 @given(option_cases())
 def test_output_only_blocks_agree_with_the_materialized_path(case: dict[str, Any]) -> None:
     # Without weights the kernel works in blocks of rows (and grouped heads): one row per block here.
-    whole = run_case(case, return_weights=True)
+    whole = run_case(case, include={"weights"})
     blocked = run_case(case, block_rows=1)
     np.testing.assert_allclose(blocked.output, whole.output, rtol=1e-13, atol=1e-14)
 
@@ -87,8 +90,8 @@ def test_output_only_blocks_agree_with_the_materialized_path(case: dict[str, Any
 @settings(max_examples=60, deadline=None)
 @given(option_cases())
 def test_float32_is_close_to_float64(case: dict[str, Any]) -> None:
-    double = run_case(case, return_weights=True)
-    single = run_case(case, return_weights=True, dtype=np.float32)
+    double = run_case(case, include={"weights"})
+    single = run_case(case, include={"weights"}, dtype=np.float32)
     assert single.output.dtype == np.float32
     np.testing.assert_allclose(single.weights, double.weights, rtol=2e-4, atol=2e-5)
 
@@ -102,29 +105,37 @@ def test_grouped_query_heads_read_their_key_value_head() -> None:
         rng.normal(size=(2, 2, 5, 4)),
         rng.normal(size=(2, 2, 5, 3)),
     )
-    grouped = attention(query, key, value, enable_gqa=True, causal=True, return_weights=True)
-    repeated = attention(query, np.repeat(key, 3, axis=-3), np.repeat(value, 3, axis=-3), causal=True)
+    grouped = attention(
+        query, key, value, AttentionOptions(enable_gqa=True, causal=True), include={"weights"}
+    )
+    repeated = attention(
+        query, np.repeat(key, 3, axis=-3), np.repeat(value, 3, axis=-3), AttentionOptions(causal=True)
+    )
     np.testing.assert_allclose(grouped.output, repeated.output, rtol=1e-13)
     # Multi-query attention: one key/value head for all.
-    mqa = attention(query, key[:, :1], value[:, :1], enable_gqa=True)
+    mqa = attention(query, key[:, :1], value[:, :1], AttentionOptions(enable_gqa=True))
     np.testing.assert_allclose(mqa.output, attention(query, key[:, :1], value[:, :1]).output, rtol=1e-13)
 
 
 def test_a_window_hides_keys_outside_the_band() -> None:
     rng = np.random.default_rng(2)
     query, key, value = rng.normal(size=(4, 3)), rng.normal(size=(6, 3)), rng.normal(size=(6, 2))
-    result = attention(query, key, value, window=(1, 0), return_weights=True)  # lower_right: i' = i + 2
+    result = attention(
+        query, key, value, AttentionOptions(window=(1, 0)), include={"weights"}
+    )  # lower_right: i' = i + 2
     visible = result.weights > 0
     expected = [[j in (i + 1, i + 2) for j in range(6)] for i in range(4)]
     assert visible.tolist() == expected
-    upper = attention(query, key, value, window=(0, 2), causal_alignment="upper_left", return_weights=True)
+    upper = attention(
+        query, key, value, AttentionOptions(window=(0, 2), causal_alignment="upper_left"), include={"weights"}
+    )
     assert (upper.weights > 0).tolist() == [[i <= j <= i + 2 for j in range(6)] for i in range(4)]
 
 
 def test_alibi_adds_minus_slope_times_distance() -> None:
     query, key = np.zeros((1, 2, 1)), np.zeros((1, 3, 1))  # all scores 0 before ALiBi
     value = np.eye(3)
-    result = attention(query, key, value, alibi_slopes=[0.5], return_scores=True, return_weights=True)
+    result = attention(query, key, value, AttentionOptions(alibi_slopes=[0.5]), include={"scores", "weights"})
     # lower_right: query 0 sits at key position 1, query 1 at 2.
     np.testing.assert_allclose(result.scores[0], [[-0.5, 0.0, -0.5], [-1.0, -0.5, 0.0]], rtol=1e-15)
     expected = np.exp([[-0.5, 0, -0.5], [-1, -0.5, 0]])
@@ -133,10 +144,12 @@ def test_alibi_adds_minus_slope_times_distance() -> None:
 
 def test_softcap_bounds_the_scores() -> None:
     query, key, value = np.array([[100.0]]), np.array([[1.0], [-1.0]]), np.array([[1.0], [0.0]])
-    result = attention(query, key, value, softcap=5.0, scale=1.0, return_scores=True)
+    result = attention(query, key, value, AttentionOptions(softcap=5.0, scale=1.0), include={"scores"})
     np.testing.assert_allclose(result.scores, [[5 * math.tanh(20), -5 * math.tanh(20)]], rtol=1e-15)
     # Soft-capping acts before the bias: a bias of 3 is added to the capped score.
-    biased = attention(query, key, value, softcap=5.0, scale=1.0, bias=[[3.0, 0.0]], return_scores=True)
+    biased = attention(
+        query, key, value, AttentionOptions(softcap=5.0, scale=1.0, bias=[[3.0, 0.0]]), include={"scores"}
+    )
     np.testing.assert_allclose(biased.scores, [[5 * math.tanh(20) + 3, -5 * math.tanh(20)]], rtol=1e-15)
 
 
@@ -149,21 +162,37 @@ def test_a_query_rotated_beyond_the_float_range_is_an_overflow_naming_query(soft
     # score used to be capped into a plausible answer (a 200 with weights [0.5, 0.5]).
     assert math.isinf(reference_rope([HUGE, HUGE], 1, base=10000.0, style="half", dim=2)[1])
     with pytest.raises(NumericalOverflowError, match="rotary") as error:
-        attention([[HUGE, HUGE]], [[1.0, 1.0], [1.0, 1.0]], [[1.0], [2.0]], rotary=Rotary(), softcap=softcap)
+        attention(
+            [[HUGE, HUGE]],
+            [[1.0, 1.0], [1.0, 1.0]],
+            [[1.0], [2.0]],
+            AttentionOptions(rotary=Rotary(), softcap=softcap),
+        )
     assert error.value.field == "query"
 
 
 @pytest.mark.parametrize("softcap", [None, 5.0])
 def test_a_key_rotated_beyond_the_float_range_is_an_overflow_naming_key(softcap: float | None) -> None:
     with pytest.raises(NumericalOverflowError, match="rotary") as error:
-        attention([[1.0, 1.0]], [[1.0, 1.0], [HUGE, HUGE]], [[1.0], [2.0]], rotary=Rotary(), softcap=softcap)
+        attention(
+            [[1.0, 1.0]],
+            [[1.0, 1.0], [HUGE, HUGE]],
+            [[1.0], [2.0]],
+            AttentionOptions(rotary=Rotary(), softcap=softcap),
+        )
     assert error.value.field == "key"
 
 
 def test_a_float32_key_rotated_beyond_its_range_is_an_overflow() -> None:
     query, key = np.ones((1, 2), dtype=np.float32), np.array([[1.0, 1.0], [3e38, 3e38]], dtype=np.float32)
     with pytest.raises(NumericalOverflowError, match="float32") as error:
-        attention(query, key, np.ones((2, 1)), rotary=Rotary(style="interleaved"), dtype=np.float32)
+        attention(
+            query,
+            key,
+            np.ones((2, 1)),
+            AttentionOptions(rotary=Rotary(style="interleaved")),
+            dtype=np.float32,
+        )
     assert error.value.field == "key"
 
 
@@ -171,7 +200,11 @@ def test_a_hidden_key_beyond_float32_still_takes_no_part_with_rotary() -> None:
     # 1e39 is inf in float32 before any rotation; the mask hides that key from the only query.
     key = np.array([[1.0, 0.0], [1e39, 1e39]])
     result = attention(
-        [[1.0, 0.0]], key, [[3.0], [5.0]], mask=[[True, False]], rotary=Rotary(), dtype=np.float32
+        [[1.0, 0.0]],
+        key,
+        [[3.0], [5.0]],
+        AttentionOptions(mask=[[True, False]], rotary=Rotary()),
+        dtype=np.float32,
     )
     np.testing.assert_array_equal(result.output, [[3.0]])
 
@@ -186,8 +219,8 @@ def test_rotary_scores_depend_on_the_distance_only(style: str) -> None:
             q_row[np.newaxis],
             k_row[np.newaxis],
             np.ones((1, 1)),
-            rotary=Rotary(style=style, query_offset=p + 5, key_offset=p),  # type: ignore[arg-type]
-            return_scores=True,
+            AttentionOptions(rotary=Rotary(style=style, query_offset=p + 5, key_offset=p)),  # type: ignore[arg-type]
+            include={"scores"},
         ).scores[0, 0]
         for p in (0, 7, 100, 12345)
     ]
@@ -196,9 +229,11 @@ def test_rotary_scores_depend_on_the_distance_only(style: str) -> None:
         q_row[np.newaxis],
         k_row[np.newaxis],
         np.ones((1, 1)),
-        rotary=Rotary(style=style, query_offset=5, key_offset=0),  # type: ignore[arg-type]
-        return_scores=True,
-        scale=1.0,
+        AttentionOptions(
+            rotary=Rotary(style=style, query_offset=5, key_offset=0),  # type: ignore[arg-type]
+            scale=1.0,
+        ),
+        include={"scores"},
     ).scores[0, 0]
     q_rot = reference_rope(q_row.tolist(), 5, base=10000.0, style=style, dim=6)
     assert rotated == pytest.approx(sum(a * b for a, b in zip(q_rot, k_row, strict=True)), rel=1e-12)
@@ -224,20 +259,24 @@ def test_rotary_scores_depend_on_the_distance_only(style: str) -> None:
 def test_bad_options_name_the_field(options: dict[str, Any], field: str) -> None:
     query, key, value = np.ones((2, 3, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 2))
     with pytest.raises(KernelError) as error:
-        attention(query, key, value, **options)
+        attention(query, key, value, AttentionOptions(**options))
     assert error.value.field == field
 
 
 def test_grouped_heads_must_divide() -> None:
     with pytest.raises(ShapeError) as error:
-        attention(np.ones((3, 2, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 4)), enable_gqa=True)
+        attention(
+            np.ones((3, 2, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 4)), AttentionOptions(enable_gqa=True)
+        )
     assert error.value.field == "key"
     assert "multiple" in error.value.message
     with pytest.raises(ShapeError) as error:
-        attention(np.ones((2, 4)), np.ones((5, 4)), np.ones((5, 4)), enable_gqa=True)
+        attention(np.ones((2, 4)), np.ones((5, 4)), np.ones((5, 4)), AttentionOptions(enable_gqa=True))
     assert error.value.field == "query"
     with pytest.raises(ShapeError) as error:
-        attention(np.ones((4, 2, 4)), np.ones((2, 5, 4)), np.ones((1, 5, 4)), enable_gqa=True)
+        attention(
+            np.ones((4, 2, 4)), np.ones((2, 5, 4)), np.ones((1, 5, 4)), AttentionOptions(enable_gqa=True)
+        )
     assert error.value.field == "value"
     # Without the flag, head axes must broadcast as always.
     with pytest.raises(ShapeError):
@@ -248,7 +287,10 @@ def test_a_window_that_empties_rows_is_blamed() -> None:
     # upper_left with a window reaching only forward: the last query rows of 4 over 2 keys see nothing.
     with pytest.raises(EmptyRowError) as error:
         attention(
-            np.ones((4, 2)), np.ones((2, 2)), np.ones((2, 2)), window=(0, 0), causal_alignment="upper_left"
+            np.ones((4, 2)),
+            np.ones((2, 2)),
+            np.ones((2, 2)),
+            AttentionOptions(window=(0, 0), causal_alignment="upper_left"),
         )
     assert error.value.field == "window"
     assert error.value.rows == [[2], [3]]
@@ -257,8 +299,7 @@ def test_a_window_that_empties_rows_is_blamed() -> None:
             np.ones((2, 2)),
             np.ones((2, 2)),
             np.ones((2, 2)),
-            window=(0, None),
-            mask=[[True, False], [True, False]],
+            AttentionOptions(window=(0, None), mask=[[True, False], [True, False]]),
         )
     assert error.value.field == "mask"
 
@@ -286,12 +327,15 @@ def test_decoding_over_a_cache_equals_the_last_rows_of_full_causal_attention(
         "rotary": None
         if case["rope"] is None
         else rotary_of(RopeSpec(case["rope"].base, case["rope"].style, case["rope"].dim)),
-        "return_weights": True,
     }
-    full = attention(query, case["key"], case["value"], **options)
+    full = attention(query, case["key"], case["value"], AttentionOptions(**options), include={"weights"})
     # One decode step (or a chunk of k): the last k query rows over the full key/value cache, lower_right.
     step = attention(
-        query[..., -new_rows:, :], case["key"], case["value"], causal_alignment="lower_right", **options
+        query[..., -new_rows:, :],
+        case["key"],
+        case["value"],
+        AttentionOptions(**options, causal_alignment="lower_right"),
+        include={"weights"},
     )
     np.testing.assert_allclose(step.output, full.output[..., -new_rows:, :], rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(step.weights, full.weights[..., -new_rows:, :], rtol=1e-12, atol=1e-13)

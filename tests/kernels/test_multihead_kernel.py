@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 
 from service.kernels import (
+    AttentionOptions,
     KernelError,
+    MultiHeadWeights,
     NumericalOverflowError,
     Rotary,
     ShapeError,
@@ -28,21 +30,23 @@ def test_the_layer_matches_the_loop_reference(case: dict[str, Any]) -> None:
         case["query"],
         None if case["self_attention"] else case["key"],
         None if case["self_attention"] else case["value"],
-        **case["weights"],
-        **{name: bias for name, bias in case["biases"].items() if bias is not None},
-        num_heads=heads,
-        num_kv_heads=case["num_kv_heads"],
-        mask=case["mask"],
-        causal=case["causal"],
-        causal_alignment=case["alignment"],
-        window=case["window"],
-        alibi_slopes=case["slopes"],
-        softcap=case["softcap"],
-        rotary=None if case["rope"] is None else Rotary(base=case["rope"].base, style=case["rope"].style),  # type: ignore[arg-type]
-        empty_rows="zero",
-        return_weights=True,
-        return_heads=True,
-        return_projections=True,
+        weights=MultiHeadWeights(
+            **case["weights"],
+            num_heads=heads,
+            num_kv_heads=case["num_kv_heads"],
+            **{name: bias for name, bias in case["biases"].items() if bias is not None},
+        ),
+        options=AttentionOptions(
+            mask=case["mask"],
+            causal=case["causal"],
+            causal_alignment=case["alignment"],
+            window=case["window"],
+            alibi_slopes=case["slopes"],
+            softcap=case["softcap"],
+            rotary=None if case["rope"] is None else Rotary(base=case["rope"].base, style=case["rope"].style),  # type: ignore[arg-type]
+            empty_rows="zero",
+        ),
+        include={"weights", "heads", "q", "k", "v"},
     )
     output, per_head, head_outputs = reference_for_layer(case)
     np.testing.assert_allclose(result.output, output, rtol=1e-12, atol=1e-12)
@@ -76,8 +80,12 @@ def test_the_layer_matches_the_loop_reference(case: dict[str, Any]) -> None:
 
 
 def test_shapes_are_checked_before_allocating() -> None:
+    square = np.broadcast_to(0.0, (512, 512))  # a view of one number: only its shape is read
     shapes = multi_head_shapes(
-        (2, 512, 512), None, None, w_q=(512, 512), w_k=(512, 512), w_v=(512, 512), w_o=(512, 512), num_heads=8
+        (2, 512, 512),
+        None,
+        None,
+        MultiHeadWeights(w_q=square, w_k=square, w_v=square, w_o=square, num_heads=8),
     )
     assert (shapes.d_k, shapes.d_v, shapes.num_kv_heads) == (64, 64, 8)
     assert shapes.scores_elements == 2 * 8 * 512 * 512
@@ -107,8 +115,11 @@ def test_bad_layers_name_the_field(arguments: dict[str, Any], field: str) -> Non
         "w_o": np.ones((8, 2)),
     }
     layer.update(arguments)
+    weights = {name: layer.pop(name) for name in list(layer) if name in MultiHeadWeights.__dataclass_fields__}
     with pytest.raises((KernelError, ShapeError)) as error:
-        multi_head_attention(np.ones((3, 4)), **layer)
+        multi_head_attention(
+            np.ones((3, 4)), weights=MultiHeadWeights(**weights), options=AttentionOptions(**layer)
+        )
     assert error.value.field == field
 
 
@@ -120,13 +131,8 @@ def test_projections_rotated_beyond_the_float_range_are_an_overflow(return_proje
     with pytest.raises(NumericalOverflowError, match="rotary") as error:
         multi_head_attention(
             [[1.0, 1.0], [1.7e308, 1.7e308]],
-            w_q=eye,
-            w_k=eye,
-            w_v=eye,
-            w_o=eye,
-            num_heads=1,
-            softcap=5.0,
-            rotary=Rotary(),
-            return_projections=return_projections,
+            weights=MultiHeadWeights(w_q=eye, w_k=eye, w_v=eye, w_o=eye, num_heads=1),
+            options=AttentionOptions(softcap=5.0, rotary=Rotary()),
+            include={"q", "k", "v"} if return_projections else (),
         )
     assert error.value.field == "query"

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.kernels import attention, multi_head_attention
+from service.kernels import AttentionOptions, MultiHeadWeights, attention, multi_head_attention
 
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed (.ci/run installs torch==2.13.0 for its Python 3.11 run)"
@@ -67,11 +67,10 @@ def test_the_layer_equals_torch_multihead_attention(seed: int) -> None:
         query,
         None if not cross else key,
         None if not cross else value,
-        **layer_weights(module, embed_dim),
-        num_heads=num_heads,
-        mask=~padding[:, np.newaxis, np.newaxis, :],  # [B, 1, 1, m]: true = visible
-        bias=additive,
-        return_weights=True,
+        weights=MultiHeadWeights(**layer_weights(module, embed_dim), num_heads=num_heads),
+        # mask [B, 1, 1, m]: true = visible
+        options=AttentionOptions(mask=~padding[:, np.newaxis, np.newaxis, :], bias=additive),
+        include={"weights"},
     )
     np.testing.assert_allclose(result.output, expected.detach().numpy(), **TOLERANCE)
     np.testing.assert_allclose(result.weights, expected_weights.detach().numpy(), **TOLERANCE)
@@ -83,7 +82,11 @@ def test_a_causal_layer_equals_torch_with_a_causal_mask() -> None:
     x = np.random.default_rng(7).normal(size=(2, 5, 8))
     causal = torch.nn.Transformer.generate_square_subsequent_mask(5, dtype=torch.float64)
     expected, _ = module(*(torch.from_numpy(x),) * 3, attn_mask=causal, is_causal=True, need_weights=False)
-    result = multi_head_attention(x, **layer_weights(module, 8), num_heads=4, causal=True)
+    result = multi_head_attention(
+        x,
+        weights=MultiHeadWeights(**layer_weights(module, 8), num_heads=4),
+        options=AttentionOptions(causal=True),
+    )
     np.testing.assert_allclose(result.output, expected.detach().numpy(), **TOLERANCE)
 
 
@@ -96,5 +99,7 @@ def test_grouped_query_attention_equals_torch_sdpa(query_heads: int, kv_heads: i
         torch.from_numpy(q), torch.from_numpy(k), torch.from_numpy(v), is_causal=causal, enable_gqa=True
     )
     # PyTorch's is_causal is the upper-left alignment (n = m here, so both agree).
-    result = attention(q, k, v, causal=causal, causal_alignment="upper_left", enable_gqa=True)
+    result = attention(
+        q, k, v, AttentionOptions(causal=causal, causal_alignment="upper_left", enable_gqa=True)
+    )
     np.testing.assert_allclose(result.output, expected.numpy(), **TOLERANCE)

@@ -16,9 +16,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from service.kernels import MAX_SEED, KernelError, ShapeError, sample, softmax
+from service.kernels import MAX_SEED, KernelError, ShapeError, Truncation, sample, softmax
 from service.kernels._sampling import draw, uniforms
 from service.kernels._truncation import portable_exp
+from tests.kernel_calls import with_truncation
 from tests.references import (
     reference_sample,
     reference_warpers_row,
@@ -84,7 +85,7 @@ def test_a_token_of_probability_zero_is_never_drawn_even_on_its_boundary() -> No
 
 def test_one_token_distributions() -> None:
     assert draw(np.array([[1.0]]), uniforms(3, (1, 50))).tolist() == [[0] * 50]
-    result = sample([[2.0, 7.0, 1.0]], top_k=1, num_samples=20, seed=9)
+    result = sample([[2.0, 7.0, 1.0]], truncation=Truncation(top_k=1), num_samples=20, seed=9)
     assert result.tokens.tolist() == [[1] * 20]
     assert result.logprobs.tolist() == [[0.0] * 20]
     assert sample([[4.0]], num_samples=3, seed=1).tokens.tolist() == [[0, 0, 0]]
@@ -105,7 +106,7 @@ def test_kept_tokens_are_what_hugging_faces_warpers_keep(case: dict[str, Any]) -
     rows = list(np.ndindex(*logits.shape[:-1]))
     for index in rows:
         assume(not warpers_are_ambiguous(list(logits[index]), visible=list(visible[index]), **_options(case)))
-    shown = softmax(logits, mask=mask, **_options(case))
+    shown = softmax(logits, mask=mask, **with_truncation(_options(case)))
     for index in rows:
         probs, _ = reference_warpers_row(list(logits[index]), visible=list(visible[index]), **_options(case))
         expected = np.array(probs)
@@ -118,8 +119,8 @@ def test_kept_tokens_are_what_hugging_faces_warpers_keep(case: dict[str, Any]) -
 @given(sampling_cases())
 def test_draws_only_tokens_the_distribution_keeps(case: dict[str, Any]) -> None:
     logits, mask = case["logits"], case["mask"]
-    shown = softmax(logits, mask=mask, **_options(case))
-    result = sample(logits, mask=mask, num_samples=64, seed=11, **_options(case))
+    shown = softmax(logits, mask=mask, **with_truncation(_options(case)))
+    result = sample(logits, mask=mask, num_samples=64, seed=11, **with_truncation(_options(case)))
     assert result.tokens.shape == (*logits.shape[:-1], 64)
     assert result.tokens.dtype == np.int64
     drawn_probabilities = np.take_along_axis(shown.probabilities, result.tokens, axis=-1)
@@ -143,7 +144,7 @@ def test_temperature_zero_is_the_argmax_lowest_index_on_ties() -> None:
 def test_filters_apply_in_order_each_on_what_the_last_left() -> None:
     # probabilities at T=1 of [3, 2, 1, 0, -5]: 0.6364, 0.2341, 0.0861, 0.0317, 0.0002
     logits = [3.0, 2.0, 1.0, 0.0, -5.0]
-    kept = lambda **options: (softmax(logits, **options).probabilities > 0).tolist()  # noqa: E731
+    kept = lambda **options: (softmax(logits, **with_truncation(options)).probabilities > 0).tolist()  # noqa: E731
     assert kept(top_k=4) == [True, True, True, True, False]
     assert kept(top_k=4, top_p=0.9) == [True, True, True, False, False]  # 0.6640 + 0.2443 of the 4
     assert kept(top_k=4, top_p=0.9, min_p=0.3) == [True, True, False, False, False]  # 0.0861/0.6364 < 0.3
@@ -151,7 +152,11 @@ def test_filters_apply_in_order_each_on_what_the_last_left() -> None:
     assert kept(min_p=1.0) == [True, False, False, False, False]
     assert kept(min_p=0.0) == [True] * 5
     # min_p compares with the largest probability, so it keeps ties with the maximum.
-    assert (softmax([2.0, 2.0, 0.0], min_p=1.0).probabilities > 0).tolist() == [True, True, False]
+    assert (softmax([2.0, 2.0, 0.0], truncation=Truncation(min_p=1.0)).probabilities > 0).tolist() == [
+        True,
+        True,
+        False,
+    ]
 
 
 # --- the draws follow the distribution ---------------------------------------------------------------
@@ -161,8 +166,8 @@ def test_filters_apply_in_order_each_on_what_the_last_left() -> None:
 def test_draws_follow_the_truncated_distribution(seed: int) -> None:
     logits = np.array([[2.0, 1.5, 0.3, -1.0, 0.9, -4.0, 1.5, 0.0], [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]])
     options = {"temperature": 0.8, "top_k": 7, "top_p": 0.95, "min_p": 0.05}
-    shown = softmax(logits, **options)
-    result = sample(logits, num_samples=20_000, seed=seed, **options)
+    shown = softmax(logits, **with_truncation(options))
+    result = sample(logits, num_samples=20_000, seed=seed, **with_truncation(options))
     for row in range(2):
         kept = shown.probabilities[row] > 0
         counts = np.bincount(result.tokens[row], minlength=8)
@@ -218,7 +223,7 @@ REPRODUCIBLE = [
 def test_a_seed_fixes_the_tokens(request_: dict[str, Any], expected: list[list[int]]) -> None:
     options = dict(request_)
     logits = options.pop("logits")
-    assert sample(logits, **options).tokens.tolist() == expected
+    assert sample(logits, **with_truncation(options)).tokens.tolist() == expected
     # The committed tokens are the documented algorithm's, not just this code's: a plain loop agrees.
     assert reference_sample(logits, **options) == expected
 
@@ -232,7 +237,7 @@ def test_draws_are_the_documented_algorithm(case: dict[str, Any], seed: int) -> 
     visible = np.ones(logits.shape, dtype=bool) if mask is None else mask
     for row, row_visible in zip(logits, visible, strict=True):
         assume(not warpers_are_ambiguous(row.tolist(), visible=row_visible.tolist(), **_options(case)))
-    result = sample(logits, mask=mask, num_samples=5, seed=seed, **_options(case))
+    result = sample(logits, mask=mask, num_samples=5, seed=seed, **with_truncation(_options(case)))
     expected = reference_sample(logits.tolist(), mask=mask, num_samples=5, seed=seed, **_options(case))
     assert result.tokens.tolist() == expected
 
@@ -245,9 +250,10 @@ def test_a_hard_case_draws_the_same_tokens_with_numpys_dispatch_narrowed() -> No
     """
     script = (
         "import json, numpy as np\n"
-        "from service.kernels import sample\n"
+        "from service.kernels import Truncation, sample\n"
         "logits = np.random.default_rng(3).normal(size=(64, 257)) * 4\n"
-        "r = sample(logits, temperature=0.9, top_p=0.97, min_p=0.001, num_samples=64, seed=77)\n"
+        "truncation = Truncation(top_p=0.97, min_p=0.001)\n"
+        "r = sample(logits, temperature=0.9, truncation=truncation, num_samples=64, seed=77)\n"
         "print(json.dumps(r.tokens.tolist()))\n"
     )
     environment = {**os.environ, "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR"}
@@ -260,7 +266,9 @@ def test_a_hard_case_draws_the_same_tokens_with_numpys_dispatch_narrowed() -> No
         check=True,
     )
     logits = np.random.default_rng(3).normal(size=(64, 257)) * 4
-    here = sample(logits, temperature=0.9, top_p=0.97, min_p=0.001, num_samples=64, seed=77)
+    here = sample(
+        logits, truncation=Truncation(top_p=0.97, min_p=0.001), temperature=0.9, num_samples=64, seed=77
+    )
     assert json.loads(child.stdout) == here.tokens.tolist()
 
 
@@ -269,8 +277,8 @@ def test_tokens_and_kept_sets_do_not_depend_on_np_exp(monkeypatch: pytest.Monkey
     by up to 1e-3 leaves every token and every kept set as it was (only the log-probabilities move)."""
     logits = np.random.default_rng(12).normal(size=(50, 40)) * 2
     options = {"temperature": 0.8, "top_k": 30, "top_p": 0.9, "min_p": 0.02}
-    tokens = sample(logits, num_samples=200, seed=3, **options).tokens
-    kept = softmax(logits, **options).probabilities > 0
+    tokens = sample(logits, num_samples=200, seed=3, **with_truncation(options)).tokens
+    kept = softmax(logits, **with_truncation(options)).probabilities > 0
     true_exp = np.exp
 
     def wrong_exp(values: Any, *args: Any, **kwargs: Any) -> Any:
@@ -278,9 +286,9 @@ def test_tokens_and_kept_sets_do_not_depend_on_np_exp(monkeypatch: pytest.Monkey
         return result * (1 + 1e-3 * np.cos(np.arange(np.size(result)))).reshape(np.shape(result))
 
     monkeypatch.setattr(np, "exp", wrong_exp)
-    moved = sample(logits, num_samples=200, seed=3, **options)
+    moved = sample(logits, num_samples=200, seed=3, **with_truncation(options))
     assert moved.tokens.tolist() == tokens.tolist()
-    assert ((softmax(logits, **options).probabilities > 0) == kept).all()
+    assert ((softmax(logits, **with_truncation(options)).probabilities > 0) == kept).all()
 
 
 def test_different_seeds_draw_differently_and_a_missing_seed_is_fresh_and_returned() -> None:
@@ -320,7 +328,7 @@ def test_shapes_broadcast_masks_and_batch_dims() -> None:
 )
 def test_bad_options_name_the_field(options: dict[str, Any], field: str) -> None:
     with pytest.raises(KernelError) as raised:
-        sample([1.0, 2.0], **options)
+        sample([1.0, 2.0], **with_truncation(options))
     assert raised.value.field == field
 
 

@@ -19,11 +19,13 @@ from service.kernels import (
     KernelError,
     NumericalOverflowError,
     ShapeError,
+    Truncation,
     log_softmax,
     softmax,
     softmax_shapes,
     tempered_log_softmax,
 )
+from tests.kernel_calls import with_truncation
 from tests.references import logits_cases, nucleus_is_ambiguous, reference_row
 
 FAST = settings(max_examples=50, deadline=None)
@@ -40,7 +42,7 @@ def test_matches_loop_reference(case: dict[str, Any]) -> None:
     if case["top_p"] is not None:
         for index in rows:
             assume(not nucleus_is_ambiguous(list(logits[index]), list(visible[index]), **options))
-    result = softmax(logits, mask=mask, **options)
+    result = softmax(logits, mask=mask, **with_truncation(options))
     for index in rows:
         probs, kept = reference_row(list(logits[index]), visible=list(visible[index]), **options)
         np.testing.assert_allclose(result.probabilities[index], probs, rtol=1e-12, atol=1e-300)
@@ -82,8 +84,8 @@ def test_plain_softmax_agrees_with_scipy(case: dict[str, Any]) -> None:
 def test_shift_invariance(case: dict[str, Any], offset: float) -> None:
     logits = case["logits"]
     options = {key: case[key] for key in ("temperature", "top_k")}
-    plain = softmax(logits, mask=case["mask"], **options)
-    shifted = softmax(logits + offset, mask=case["mask"], **options)
+    plain = softmax(logits, mask=case["mask"], **with_truncation(options))
+    shifted = softmax(logits + offset, mask=case["mask"], **with_truncation(options))
     np.testing.assert_allclose(shifted.probabilities, plain.probabilities, rtol=1e-9, atol=1e-12)
 
 
@@ -91,8 +93,10 @@ def test_shift_invariance(case: dict[str, Any], offset: float) -> None:
 @given(logits_cases())
 def test_float32_is_close_to_float64(case: dict[str, Any]) -> None:
     options = {key: case[key] for key in ("temperature", "top_k")}
-    double = softmax(case["logits"], mask=case["mask"], **options)
-    single = softmax(case["logits"].astype(np.float32), mask=case["mask"], dtype=np.float32, **options)
+    double = softmax(case["logits"], mask=case["mask"], **with_truncation(options))
+    single = softmax(
+        case["logits"].astype(np.float32), mask=case["mask"], dtype=np.float32, **with_truncation(options)
+    )
     assert single.probabilities.dtype == single.log_probabilities.dtype == single.entropy.dtype == np.float32
     # Rounding the logits to float32 moves each tempered logit by up to eps32·|x|/T, which is the error
     # the probabilities inherit (the condition number of softmax); below that, float32 must match.
@@ -132,29 +136,48 @@ def test_log_softmax_is_exact_for_large_gaps() -> None:
 
 
 def test_top_k_keeps_ties_at_the_boundary() -> None:
-    result = softmax([3.0, 1.0, 2.0, 2.0, 0.0], top_k=2)
+    result = softmax([3.0, 1.0, 2.0, 2.0, 0.0], truncation=Truncation(top_k=2))
     kept = result.probabilities > 0
     assert kept.tolist() == [True, False, True, True, False]
     np.testing.assert_allclose(result.probabilities[kept], scipy_softmax([3.0, 2.0, 2.0]), rtol=1e-15)
-    assert softmax([3.0, 1.0], top_k=5).probabilities.tolist() == softmax([3.0, 1.0]).probabilities.tolist()
+    assert (
+        softmax([3.0, 1.0], truncation=Truncation(top_k=5)).probabilities.tolist()
+        == softmax([3.0, 1.0]).probabilities.tolist()
+    )
 
 
 def test_top_k_counts_visible_entries_only() -> None:
-    result = softmax([5.0, 1.0, 2.0, 3.0], mask=[False, True, True, True], top_k=2)
+    result = softmax([5.0, 1.0, 2.0, 3.0], truncation=Truncation(top_k=2), mask=[False, True, True, True])
     assert (result.probabilities > 0).tolist() == [False, False, True, True]
 
 
 def test_top_p_keeps_the_smallest_nucleus() -> None:
     probabilities = np.array([0.5, 0.3, 0.15, 0.05])
     logits = np.log(probabilities)
-    assert (softmax(logits, top_p=0.6).probabilities > 0).tolist() == [True, True, False, False]
-    assert (softmax(logits, top_p=0.4).probabilities > 0).tolist() == [True, False, False, False]
-    assert (softmax(logits, top_p=1.0).probabilities > 0).all()
-    nucleus = softmax(logits, top_p=0.9).probabilities
+    assert (softmax(logits, truncation=Truncation(top_p=0.6)).probabilities > 0).tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert (softmax(logits, truncation=Truncation(top_p=0.4)).probabilities > 0).tolist() == [
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert (softmax(logits, truncation=Truncation(top_p=1.0)).probabilities > 0).all()
+    nucleus = softmax(logits, truncation=Truncation(top_p=0.9)).probabilities
     np.testing.assert_allclose(nucleus, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0], rtol=1e-12)
     # Equal probabilities: the first index wins, and at least one entry is always kept.
-    assert (softmax([1.0, 1.0, 1.0], top_p=0.01).probabilities > 0).tolist() == [True, False, False]
-    assert (softmax([1.0, 1.0, 1.0, 1.0], temperature=0.0, top_p=0.5).probabilities > 0).tolist() == [
+    assert (softmax([1.0, 1.0, 1.0], truncation=Truncation(top_p=0.01)).probabilities > 0).tolist() == [
+        True,
+        False,
+        False,
+    ]
+    assert (
+        softmax([1.0, 1.0, 1.0, 1.0], truncation=Truncation(top_p=0.5), temperature=0.0).probabilities > 0
+    ).tolist() == [
         True,
         True,
         False,
@@ -165,7 +188,7 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_a_top_p_below_the_smallest_float32_keeps_the_most_probable_entry(dtype: type) -> None:
     # Found by schemathesis: 1e-308 rounds to 0 in float32, and "mass before < 0" kept nothing (0/0).
-    result = softmax([1.0, 2.0, 0.5], top_p=1e-308, dtype=dtype)
+    result = softmax([1.0, 2.0, 0.5], truncation=Truncation(top_p=1e-308), dtype=dtype)
     np.testing.assert_array_equal(result.probabilities, [0.0, 1.0, 0.0])
     assert result.entropy == 0
 
@@ -240,7 +263,7 @@ def test_a_million_empty_rows_are_not_all_indexed() -> None:
 )
 def test_invalid_inputs(logits: Any, options: dict[str, Any], error: type[Exception], field: str) -> None:
     with pytest.raises(error) as raised:
-        softmax(logits, **options)
+        softmax(logits, **with_truncation(options))
     assert getattr(raised.value, "field", None) == field
 
 
@@ -282,7 +305,9 @@ def test_a_temperature_below_the_dtype_gives_the_greedy_limit(
     temperature: float, dtype: type, top_k: int | None, top_p: float | None
 ) -> None:
     # 1e-46 and 1e-300 are 0 in float32 (0/0 was NaN), 1e-40 a subnormal; the reference divides in float64.
-    result = softmax(LIMIT_LOGITS, temperature=temperature, top_k=top_k, top_p=top_p, dtype=dtype)
+    result = softmax(
+        LIMIT_LOGITS, truncation=Truncation(top_k=top_k, top_p=top_p), temperature=temperature, dtype=dtype
+    )
     expected = [
         reference_row(row, visible=[True] * 4, temperature=temperature, top_k=top_k, top_p=top_p)[0]
         for row in LIMIT_LOGITS
