@@ -7,13 +7,24 @@ never retried.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any, Literal
 
 import httpx
 from numpy.typing import ArrayLike, NDArray
 
-from attention_client._protocol import Call, bool_tensor, float_tensor, infer_call, int_tensor, read_outputs
+from attention_client._errors import MalformedAnswerError
+from attention_client._protocol import (
+    Call,
+    Outputs,
+    ResultT,
+    bool_tensor,
+    float_tensor,
+    infer_call,
+    int_tensor,
+    malformed_answer,
+    read_result,
+)
 from attention_client._results import AttentionResult, LikelihoodResult, SampleResult, SoftmaxResult
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
@@ -167,6 +178,11 @@ def _likelihood_result(outputs: dict[str, NDArray[Any]]) -> LikelihoodResult:
     )
 
 
+def _undecodable(response: httpx.Response, error: httpx.DecodingError) -> MalformedAnswerError:
+    """A body that does not decode as its ``Content-Encoding`` says (a proxy's broken gzip)."""
+    return malformed_answer(response.status_code, response.headers, b"", f"its body does not decode: {error}")
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
@@ -203,9 +219,13 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def _send(self, call: Call) -> dict[str, NDArray[Any]]:
-        response = self._http.post(call.path, content=call.body, headers=call.headers)
-        return read_outputs(response.status_code, response.headers, response.content)
+    def _send(self, call: Call, build: Callable[[Outputs], ResultT]) -> ResultT:
+        with self._http.stream("POST", call.path, content=call.body, headers=call.headers) as response:
+            try:
+                body = response.read()
+            except httpx.DecodingError as error:
+                raise _undecodable(response, error) from error
+        return read_result(response.status_code, response.headers, body, build)
 
     def attention(
         self,
@@ -236,7 +256,7 @@ class Client:
             include=include,
             precision=precision,
         )
-        return _attention_result(self._send(call))
+        return self._send(call, _attention_result)
 
     def softmax(
         self,
@@ -261,7 +281,7 @@ class Client:
             log_probabilities=log_probabilities,
             precision=precision,
         )
-        return _softmax_result(self._send(call))
+        return self._send(call, _softmax_result)
 
     def sample(
         self,
@@ -288,7 +308,7 @@ class Client:
             num_samples=num_samples,
             seed=seed,
         )
-        return _sample_result(self._send(call))
+        return self._send(call, _sample_result)
 
     def log_likelihood(
         self,
@@ -311,7 +331,7 @@ class Client:
             top_logprobs=top_logprobs,
             precision=precision,
         )
-        return _likelihood_result(self._send(call))
+        return self._send(call, _likelihood_result)
 
 
 class AsyncClient:
@@ -342,9 +362,13 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _send(self, call: Call) -> dict[str, NDArray[Any]]:
-        response = await self._http.post(call.path, content=call.body, headers=call.headers)
-        return read_outputs(response.status_code, response.headers, response.content)
+    async def _send(self, call: Call, build: Callable[[Outputs], ResultT]) -> ResultT:
+        async with self._http.stream("POST", call.path, content=call.body, headers=call.headers) as response:
+            try:
+                body = await response.aread()
+            except httpx.DecodingError as error:
+                raise _undecodable(response, error) from error
+        return read_result(response.status_code, response.headers, body, build)
 
     async def attention(
         self,
@@ -375,7 +399,7 @@ class AsyncClient:
             include=include,
             precision=precision,
         )
-        return _attention_result(await self._send(call))
+        return await self._send(call, _attention_result)
 
     async def softmax(
         self,
@@ -400,7 +424,7 @@ class AsyncClient:
             log_probabilities=log_probabilities,
             precision=precision,
         )
-        return _softmax_result(await self._send(call))
+        return await self._send(call, _softmax_result)
 
     async def sample(
         self,
@@ -425,7 +449,7 @@ class AsyncClient:
             num_samples=num_samples,
             seed=seed,
         )
-        return _sample_result(await self._send(call))
+        return await self._send(call, _sample_result)
 
     async def log_likelihood(
         self,
@@ -448,7 +472,7 @@ class AsyncClient:
             top_logprobs=top_logprobs,
             precision=precision,
         )
-        return _likelihood_result(await self._send(call))
+        return await self._send(call, _likelihood_result)
 
 
 __all__ = ["AsyncClient", "Client"]

@@ -1,4 +1,4 @@
-"""The one exception the client raises for an answer that is not a result."""
+"""The exceptions the client raises for an answer that is not a result."""
 
 from __future__ import annotations
 
@@ -27,3 +27,13 @@ class ApiError(Exception):
         self.errors = errors or {}
         self.type = type
         self.request_id = request_id
+
+
+class MalformedAnswerError(ApiError):
+    """An answer that is not a well-formed result: a proxy's HTML page, a truncated body, JSON that is not
+    an infer answer, a binary answer whose ``Inference-Header-Content-Length`` or sizes do not add up.
+
+    ``status`` is the HTTP status it came with (often 200), ``title`` is ``"Malformed answer"`` and
+    ``detail`` says what is wrong; the exception that reading it raised (``JSONDecodeError``, ``KeyError``,
+    …) is chained as ``__cause__``, when there was one.
+    """

@@ -8,14 +8,15 @@ client use these functions, so they send and read exactly the same bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from attention_client._errors import ApiError
+from attention_client._errors import ApiError, MalformedAnswerError
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _DTYPES: dict[str, np.dtype[Any]] = {
@@ -103,39 +104,122 @@ def infer_call(
     )
 
 
-def read_outputs(status: int, headers: Mapping[str, str], body: bytes) -> dict[str, NDArray[Any]]:
-    """The answer's outputs by name (binary ones are read-only views of ``body``), or the ApiError."""
+Outputs = dict[str, NDArray[Any]]
+ResultT = TypeVar("ResultT")
+# What reading an answer that is not the service's can raise, besides the checks below: JSON that does not
+# parse (ValueError), a member missing or of the wrong kind (LookupError, TypeError, AttributeError), data
+# that NumPy cannot make into the declared array (ValueError, OverflowError).
+_READ_ERRORS = (ValueError, TypeError, LookupError, AttributeError, OverflowError)
+
+
+def read_result(
+    status: int, headers: Mapping[str, str], body: bytes, build: Callable[[Outputs], ResultT]
+) -> ResultT:
+    """The answer as ``build`` makes it from the outputs, or an :class:`ApiError`: the service's refusal
+    (its problem document), or :class:`MalformedAnswerError` for anything that is not a well-formed answer,
+    with the exception that reading it raised as ``__cause__``."""
     if status != 200:
-        raise error_from(status, body)
-    length = headers.get(HEADER_LENGTH)
-    head_end = len(body) if length is None else int(length)
+        raise error_from(status, headers, body)
+    try:
+        return build(read_outputs(status, headers, body))
+    except MalformedAnswerError:
+        raise
+    except _READ_ERRORS as error:
+        raise malformed_answer(status, headers, body, f"{type(error).__name__}: {error}") from error
+
+
+def read_outputs(status: int, headers: Mapping[str, str], body: bytes) -> Outputs:
+    """A 200's outputs by name (binary ones are read-only views of ``body``).
+
+    Raises :class:`MalformedAnswerError` when the framing does not add up, and whatever the reading raises
+    (see :func:`read_result`) when the JSON is not an infer answer.
+    """
+    head_end = _header_length(status, headers, body)
     header = json.loads(body[:head_end])
-    outputs: dict[str, NDArray[Any]] = {}
+    if not isinstance(header, dict) or not isinstance(header.get("outputs"), list):
+        raise malformed_answer(
+            status, headers, body, "the JSON is not an infer answer with a list of outputs"
+        )
+    outputs: Outputs = {}
     offset = head_end
     for output in header["outputs"]:
         dtype = _DTYPES[output["datatype"]]
+        shape = output["shape"]
+        if not isinstance(shape, list) or not all(_is_count(size) for size in shape):
+            raise malformed_answer(
+                status, headers, body, f"output {str(output['name'])[:60]!r} has shape {str(shape)[:60]}"
+            )
         size = (output.get("parameters") or {}).get("binary_data_size")
         if size is None:  # JSON data: null (a hidden score, an unscored position) becomes NaN
             data = [np.nan if value is None else value for value in output["data"]]
             array = np.array(data, dtype=dtype)
         else:
-            if offset + size > len(body):
-                raise ApiError(status, "Malformed answer", f"output {output['name']} runs past the body")
+            expected = math.prod(shape) * dtype.itemsize
+            if not _is_count(size) or size != expected or offset + size > len(body):
+                raise malformed_answer(
+                    status,
+                    headers,
+                    body,
+                    f"output {str(output['name'])[:60]!r} declares {size!r} bytes for shape {shape} "
+                    f"({expected} expected) at byte {offset} of a {len(body)}-byte body",
+                )
             array = np.frombuffer(body, dtype=dtype, count=size // dtype.itemsize, offset=offset)
             offset += size
-        outputs[output["name"]] = array.reshape(output["shape"])
+        outputs[output["name"]] = array.reshape(shape)
+    if offset != len(body):
+        raise malformed_answer(
+            status,
+            headers,
+            body,
+            f"{len(body) - offset} bytes follow the binary outputs' {offset - head_end}",
+        )
     return outputs
 
 
-def error_from(status: int, body: bytes) -> ApiError:
-    """The service's problem document (or whatever came instead) as an ApiError."""
+def _is_count(value: object) -> bool:
+    """A size or a dimension: an integer >= 0 (not a bool, which JSON keeps apart and NumPy would take)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _header_length(status: int, headers: Mapping[str, str], body: bytes) -> int:
+    """Where the JSON header ends: the whole body, or ``Inference-Header-Content-Length`` bytes."""
+    length = headers.get(HEADER_LENGTH)
+    if length is None:
+        return len(body)
+    text = length.strip()
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= len(body):
+        raise malformed_answer(
+            status, headers, body, f"{HEADER_LENGTH} is {length[:40]!r} but the body has {len(body)} bytes"
+        )
+    return int(text)
+
+
+def malformed_answer(
+    status: int, headers: Mapping[str, str], body: bytes, problem: str
+) -> MalformedAnswerError:
+    """The error for an answer that is not a well-formed result, quoting the start of the body."""
+    kind = headers.get("Content-Type", "no Content-Type")
+    start = body[:200].decode("utf-8", "replace")
+    return MalformedAnswerError(
+        status,
+        "Malformed answer",
+        f"The answer is not a well-formed infer answer (HTTP {status}, {kind}, {len(body)} bytes): "
+        f"{problem}. It starts: {start!r}",
+        request_id=headers.get("X-Request-ID"),
+    )
+
+
+def error_from(status: int, headers: Mapping[str, str], body: bytes) -> ApiError:
+    """The service's problem document (or the protocol's ``{"error": …}``) as an ApiError; anything else
+    (a proxy's HTML error page) as a :class:`MalformedAnswerError` with the status it came with."""
     try:
         problem = json.loads(body)
-    except ValueError:
-        problem = None
-    if not isinstance(problem, dict):
-        text = body[:500].decode("utf-8", "replace")
-        return ApiError(status, "Unexpected answer", text or f"HTTP {status} with an empty body")
+    except ValueError as error:
+        malformed = malformed_answer(status, headers, body, "the error answer is not JSON")
+        malformed.__cause__ = error  # raised by the caller: this is the `from error` it cannot write
+        return malformed
+    if not isinstance(problem, dict) or not ({"title", "detail", "error"} & problem.keys()):
+        return malformed_answer(status, headers, body, "the error answer is not a problem document")
     errors = problem.get("errors")
     return ApiError(
         status,
