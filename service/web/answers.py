@@ -5,6 +5,9 @@ from; Flask would then hold it until the last byte is sent. Here an answer with 
 of pieces, each the orjson encoding of a block of about :data:`BLOCK_ELEMENTS` elements, joined with the
 commas and brackets between them, so the bytes are exactly those of ``dumps_bytes(body)`` (a test checks it)
 and the memory held for writing is one block.
+
+:func:`dumps_bytes`, the one JSON encoding of answers, lives here too (the Flask JSON provider plugs it in),
+so that the provider imports this module and not the other way round.
 """
 
 from __future__ import annotations
@@ -16,13 +19,25 @@ from typing import Any
 import numpy as np
 import orjson
 
-from service.web.json_provider import dumps_bytes
+DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 # About 1.5 MB of JSON per piece for float64: large enough that the per-piece cost is noise, small enough
 # that a piece is nothing next to the arrays.
 BLOCK_ELEMENTS = 65_536
 # Answers with fewer array elements than this are written whole: one piece is cheapest for small answers.
 STREAM_ABOVE_ELEMENTS = 4 * BLOCK_ELEMENTS
+
+
+def _default(value: Any) -> Any:
+    # orjson only takes C-contiguous arrays natively; views and transposes come here.
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def dumps_bytes(value: Any) -> bytes:
+    """Serialize to JSON bytes; non-finite floats become ``null`` (callers decide when that is allowed)."""
+    return orjson.dumps(value, default=_default, option=DUMP_OPTIONS)
 
 
 def array_elements(body: Mapping[str, Any]) -> int:

@@ -4,24 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import orjson
 from flask import Response
 from flask.json.provider import JSONProvider
 
-DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+# The encoding lives with the answers that are written in pieces (which need no Flask); this module only
+# plugs it into Flask, so the arrow runs one way. dumps_bytes stays importable from here.
+from service.web.answers import dumps_bytes, encode_in_pieces, should_stream
 
-
-def _default(value: Any) -> Any:
-    # orjson only takes C-contiguous arrays natively; views and transposes come here.
-    if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value)
-    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
-
-
-def dumps_bytes(value: Any) -> bytes:
-    """Serialize to JSON bytes; non-finite floats become ``null`` (callers decide when that is allowed)."""
-    return orjson.dumps(value, default=_default, option=DUMP_OPTIONS)
+__all__ = ["OrjsonProvider", "dumps_bytes"]
 
 
 class OrjsonProvider(JSONProvider):
@@ -36,8 +27,6 @@ class OrjsonProvider(JSONProvider):
         return orjson.loads(s)
 
     def response(self, *args: Any, **kwargs: Any) -> Response:
-        from service.web.answers import encode_in_pieces, should_stream  # answers imports dumps_bytes
-
         obj = self._prepare_response_obj(args, kwargs)
         if should_stream(obj):  # large arrays: written a block at a time, never held whole as bytes
             return Response(encode_in_pieces(obj), mimetype=self.mimetype)
