@@ -49,9 +49,12 @@ $(NODE_STAMP): package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-lint: $(DEV_STAMP) $(NODE_STAMP)  ## ruff (Python) and Biome (the widgets' JS and CSS): lint and format check
+# lint-imports checks the layering contracts in pyproject.toml ([tool.importlinter]): what the kernels and
+# the typed requests may import, and no import cycles in service. No cache: the graph takes a second.
+lint: $(DEV_STAMP) $(NODE_STAMP)  ## ruff and import-linter (Python), Biome (the widgets' JS and CSS)
 	$(BIN)/ruff check service tests bench deploy client gunicorn.conf.py
 	$(BIN)/ruff format --check service tests bench deploy client gunicorn.conf.py
+	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIOME) ci --colors=off .
 
 format: $(DEV_STAMP) $(NODE_STAMP)  ## rewrite Python, JS and CSS in the formatters' style (and apply safe lint fixes to JS)
