@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
 import tempfile
-import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import gunicorn.util
+
+from service.server.problems import log_answer, problem_bytes
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
 # oversubscribe them. This must be set before NumPy is first imported, which happens when the
@@ -42,8 +41,10 @@ workers = int(os.environ.get("WEB_CONCURRENCY", _available_cpus()))
 # gevent workers: each connection is a greenlet, so idle, slowloris and slow-reading clients wait in the
 # worker's event loop instead of holding the worker (with sync workers, 64 idle connections or 4 slow
 # readers stalled /livez for the full timeout). Chosen by measurement against sync (alone and behind nginx),
-# gthread and a uvicorn worker: docs/performance.md, "Worker models" (python -m bench.workers).
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "gevent")
+# gthread and a uvicorn worker: docs/performance.md, "Worker models" (python -m bench.workers). The subclass
+# adds admission at the connection level (head deadlines, room kept for new connections, no 100 Continue for
+# a refused body: service/server/worker.py); the kernels run on a thread (service/web/admission.py).
+worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "service.server.worker.AdmittingGeventWorker")
 # Connections each gevent worker holds at once (gunicorn's default); past it, new ones wait in the backlog.
 worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
 # Threads only matter to the gthread worker ("sync" with more than one thread selects it).
@@ -108,43 +109,9 @@ def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
     so no request goes unlogged) and, when every origin is allowed, the CORS headers a browser needs to
     read them; with a list of origins the unparsed request's Origin is unknown, so none is sent.
     """
-    request_id = uuid.uuid4().hex
-    body = json.dumps(
-        {
-            "type": "about:blank",
-            "title": reason,
-            "status": status_int,
-            "detail": mesg or reason,
-            "request_id": request_id,
-        }
-    ).encode()
-    every_origin = [o.strip() for o in os.environ.get("CORS_ORIGINS", "*").split(",") if o.strip()] == ["*"]
-    cors = (
-        "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: X-Request-ID\r\n"
-        if every_origin
-        else ""
-    )
-    head = (
-        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\nX-Request-ID: {request_id}\r\n{cors}"
-        f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    gunicorn.util.write_nonblock(sock, head.encode("latin-1") + body)
-    now = time.time()
-    line = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
-        "level": "info",
-        "logger": "service.access",
-        "message": "request",
-        "method": None,  # gunicorn could not parse the request (or gave up on it)
-        "path": None,
-        "status": status_int,
-        "bytes": len(body),
-        "request_bytes": 0,
-        "request_id": request_id,
-        "pid": os.getpid(),
-        "answered_by": "gunicorn",
-    }
-    print(json.dumps(line, separators=(",", ":")), flush=True)
+    answer, request_id = problem_bytes(status_int, reason, mesg)
+    gunicorn.util.write_nonblock(sock, answer)
+    log_answer(status_int, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)
 
 
 # Workers answer errors they catch before the app runs through gunicorn.util.write_error (HTML);

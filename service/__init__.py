@@ -9,6 +9,7 @@ from flask import Flask
 
 from service.settings import Settings
 from service.web.access_log import install_access_log
+from service.web.admission import install_admission
 from service.web.api_keys import SCHEME_NAME, SECURITY_SCHEME, install_api_keys
 from service.web.body import install_body_counting
 from service.web.cors import enable_cors
@@ -37,6 +38,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     install_request_clock(app)
     install_request_ids(app)
     install_body_counting(app)  # before the access log and metrics, which report the bytes read
+    install_admission(app)  # after body counting: it gives each admitted body its deadline
     install_access_log(app)
     install_metrics(app)
     install_memory_release(app)

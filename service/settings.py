@@ -44,6 +44,16 @@ def _positive_int(name: str, raw: str) -> int:
     return value
 
 
+def _positive_seconds(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"{name} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
 def _origins(name: str, raw: str) -> tuple[str, ...]:
     origins = tuple(origin.strip() for origin in raw.split(",") if origin.strip())
     if not origins:
@@ -99,6 +109,15 @@ class Settings:
     # bounds time rather than memory and can be higher.
     max_output_only_work_elements: int = _setting(DERIVED, _positive_int)
     max_answer_bytes: int = _setting(DERIVED, _positive_int)
+    # Admission (service/web/admission.py): computations at once per worker, how many may wait for them and
+    # how long, how long one may run before its answer is a 504, and the deadlines for heads and bodies.
+    compute_slots: int = _setting(1, _positive_int)
+    compute_queue_length: int = _setting(16, _positive_int)
+    compute_queue_seconds: float = _setting(3.0, _positive_seconds)
+    compute_deadline_seconds: float = _setting(20.0, _positive_seconds)
+    header_timeout_seconds: float = _setting(10.0, _positive_seconds)
+    body_timeout_seconds: float = _setting(10.0, _positive_seconds)
+    body_min_bytes_per_second: int = _setting(256 * 1024, _positive_int)
     cors_origins: tuple[str, ...] = _setting(("*",), _origins)
     cors_max_age: int = _setting(600, _positive_int)
     api_keys: tuple[str, ...] = _setting((), _keys, secret=True)
@@ -129,6 +148,13 @@ class Settings:
             "MAX_OUTPUT_ONLY_WORK_ELEMENTS": self.max_output_only_work_elements,
             "MAX_ANSWER_BYTES": self.max_answer_bytes,
             "MEMORY_BUDGET_BYTES": self.memory_budget_bytes,
+            "COMPUTE_SLOTS": self.compute_slots,
+            "COMPUTE_QUEUE_LENGTH": self.compute_queue_length,
+            "COMPUTE_QUEUE_SECONDS": self.compute_queue_seconds,
+            "COMPUTE_DEADLINE_SECONDS": self.compute_deadline_seconds,
+            "HEADER_TIMEOUT_SECONDS": self.header_timeout_seconds,
+            "BODY_TIMEOUT_SECONDS": self.body_timeout_seconds,
+            "BODY_MIN_BYTES_PER_SECOND": self.body_min_bytes_per_second,
             "CORS_ORIGINS": list(self.cors_origins),
             "CORS_MAX_AGE": self.cors_max_age,
             "API_KEYS": [*self.api_keys, *self.api_keys_file],

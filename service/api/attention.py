@@ -8,8 +8,8 @@ from service.api.errors_doc import document_compute_errors
 from service.api.examples import ATTENTION_EXAMPLE_REQUEST, ATTENTION_EXAMPLE_RESPONSE
 from service.api.schemas.attention import AttentionRequestSchema, AttentionResponseSchema, attention_response
 from service.requests import AttentionRequest
+from service.web.admission import run_admitted
 from service.web.blueprint import Blueprint
-from service.web.limits import admit_work
 
 blp = Blueprint("attention", __name__, url_prefix="/v1", description="Masked scaled dot-product attention.")
 
@@ -25,5 +25,4 @@ def attention_view(request: AttentionRequest) -> dict[str, Any]:
     scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives the
     weights, and the output mixes the values with them.
     """
-    admit_work(request.work())
-    return attention_response(request.run(), include=request.include)
+    return attention_response(run_admitted(request), include=request.include)

@@ -12,8 +12,8 @@ from service.api.schemas.likelihood import (
     likelihood_response,
 )
 from service.requests import LikelihoodRequest
+from service.web.admission import run_admitted
 from service.web.blueprint import Blueprint
-from service.web.limits import admit_work
 
 blp = Blueprint("likelihood", __name__, url_prefix="/v1", description="Log-likelihood of token sequences.")
 
@@ -25,5 +25,4 @@ blp = Blueprint("likelihood", __name__, url_prefix="/v1", description="Log-likel
 @document_compute_errors(blp)
 def likelihood_view(request: LikelihoodRequest) -> dict[str, Any]:
     """Per-token log-probabilities and ranks, and per-sequence log-likelihood, NLL and perplexity."""
-    admit_work(request.work())
-    return likelihood_response(request.run())
+    return likelihood_response(run_admitted(request))

@@ -11,6 +11,7 @@ from flask import Response, current_app, request
 from service.api.pages import STATIC_DIR, send_page
 from service.api.schemas.meta import HealthSchema, IndexSchema
 from service.kernels import attention
+from service.web.admission import admission_of
 from service.web.blueprint import Blueprint
 from service.web.json_provider import dumps_bytes
 from service.web.metrics import exposition
@@ -62,7 +63,20 @@ def readyz() -> dict[str, str]:
 
 
 def self_check() -> None:
-    """Raise a 503 problem unless a tiny attention computation succeeds and is right."""
+    """Raise a 503 problem unless a compute slot is free and a tiny attention computation is right.
+
+    A worker whose slots are all taken says it is not ready, so a balancer sends new work elsewhere; it is
+    ready again as soon as a computation ends.
+    """
+    admission = admission_of(current_app)
+    if admission is not None and not admission.has_free_slot():
+        raise Problem(
+            503,
+            f"Every compute slot of this worker is busy ({admission.busy_slots} of "
+            f"{admission.limits.compute_slots}, COMPUTE_SLOTS); it is ready again when one frees.",
+            slug="not-ready",
+            headers={"Retry-After": "1"},
+        )
     result = attention(_READY_QUERY, _READY_KEYS, _READY_VALUES, include={"weights"})
     if result.weights is None or not np.allclose(result.weights, _READY_WEIGHTS, rtol=1e-12, atol=0.0):
         raise Problem(503, "The self-check computation gave a wrong answer.", slug="not-ready")

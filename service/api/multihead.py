@@ -8,8 +8,8 @@ from service.api.errors_doc import document_compute_errors
 from service.api.examples import MULTI_HEAD_EXAMPLE_REQUEST, MULTI_HEAD_EXAMPLE_RESPONSE
 from service.api.schemas.multihead import MultiHeadRequestSchema, MultiHeadResponseSchema, multi_head_response
 from service.requests import MultiHeadRequest
+from service.web.admission import run_admitted
 from service.web.blueprint import Blueprint
-from service.web.limits import admit_work
 
 blp = Blueprint(
     "multi_head_attention", __name__, url_prefix="/v1", description="A multi-head attention layer."
@@ -28,5 +28,4 @@ def multi_head_attention_view(request: MultiHeadRequest) -> dict[str, Any]:
     option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads
     shares key/value heads (grouped-query attention).
     """
-    admit_work(request.work())
-    return multi_head_response(request.run(), include=request.include)
+    return multi_head_response(run_admitted(request), include=request.include)

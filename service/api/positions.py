@@ -12,8 +12,8 @@ from service.api.schemas.positions import (
     positional_encoding_response,
 )
 from service.requests import PositionalEncodingRequest
+from service.web.admission import run_admitted
 from service.web.blueprint import Blueprint
-from service.web.limits import admit_work
 
 blp = Blueprint(
     "positional_encoding",
@@ -30,5 +30,4 @@ blp = Blueprint(
 @document_compute_errors(blp)
 def positional_encoding_view(request: PositionalEncodingRequest) -> dict[str, Any]:
     """The sinusoidal table for some positions, or rotary embedding applied to rows at their positions."""
-    admit_work(request.work())
-    return positional_encoding_response(request.run(), include=request.include)
+    return positional_encoding_response(run_admitted(request), include=request.include)

@@ -8,8 +8,8 @@ from service.api.errors_doc import document_compute_errors
 from service.api.examples import SAMPLE_EXAMPLE_REQUEST, SAMPLE_EXAMPLE_RESPONSE
 from service.api.schemas.sample import SampleRequestSchema, SampleResponseSchema, sample_response
 from service.requests import SampleRequest
+from service.web.admission import run_admitted
 from service.web.blueprint import Blueprint
-from service.web.limits import admit_work
 
 blp = Blueprint(
     "sample",
@@ -29,5 +29,4 @@ def sample_view(request: SampleRequest) -> dict[str, Any]:
 
     From the distribution /v1/softmax shows: temperature, top_k, top_p, min_p, each on what is left.
     """
-    admit_work(request.work())
-    return sample_response(request.run())
+    return sample_response(run_admitted(request))

@@ -8,8 +8,8 @@ from service.api.errors_doc import document_compute_errors
 from service.api.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
 from service.api.schemas.softmax import SoftmaxRequestSchema, SoftmaxResponseSchema, softmax_response
 from service.requests import SoftmaxRequest
+from service.web.admission import run_admitted
 from service.web.blueprint import Blueprint
-from service.web.limits import admit_work
 
 blp = Blueprint(
     "softmax", __name__, url_prefix="/v1", description="Softmax with temperature, top-k, top-p and min-p."
@@ -23,5 +23,4 @@ blp = Blueprint(
 @document_compute_errors(blp)
 def softmax_view(request: SoftmaxRequest) -> dict[str, Any]:
     """Probabilities over the last axis of the logits, after mask, temperature, top-k, top-p and min-p."""
-    admit_work(request.work())
-    return softmax_response(request.run(), include=request.include)
+    return softmax_response(run_admitted(request), include=request.include)

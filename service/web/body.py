@@ -8,12 +8,16 @@ own parse errors from ``read`` — becomes a 400 naming the cause instead of an 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 from flask import Flask, has_request_context, request
 from flask.wrappers import Request
-from werkzeug.exceptions import BadRequest
+from werkzeug.exceptions import BadRequest, RequestTimeout
+
+from service.web.connection import close_connection_after_answer, under_gevent
 
 _ENVIRON_KEY = "attention.body"
 
@@ -24,29 +28,75 @@ class UnreadableBody(BadRequest):
     description = "The request body could not be read: its transfer encoding is malformed."
 
 
+class BodyTooSlow(RequestTimeout):
+    """The body did not arrive by its deadline (``BODY_TIMEOUT_SECONDS`` + length at the minimum rate)."""
+
+    description = (
+        "The request body did not arrive in time (BODY_TIMEOUT_SECONDS plus its length at "
+        "BODY_MIN_BYTES_PER_SECOND): the connection is closed."
+    )
+
+
 class CountingInput:
-    """``wsgi.input`` that counts what it hands out; framing errors from the server become a 400."""
+    """``wsgi.input`` that counts what it hands out; framing errors from the server become a 400.
+
+    With a ``deadline`` (a ``time.monotonic()`` instant, set by admission once the body is admitted) every
+    read under the gevent worker is cut off there: the request is answered 408 and its connection closed.
+    """
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
         self.bytes_read = 0
+        self.deadline: float | None = None
+        self.timed_out = False
+        self.ended = False  # a read returned less than it asked for: the body has no byte left
 
-    def _count(self, data: bytes) -> bytes:
+    def _count(self, data: bytes, size: int | None) -> bytes:
         self.bytes_read += len(data)
+        if size is None or size < 0 or len(data) < size:
+            self.ended = True
         return data
+
+    @contextlib.contextmanager
+    def _within_deadline(self) -> Iterator[None]:
+        if self.deadline is None or not under_gevent():
+            yield
+            return
+        import gevent  # only under the gevent worker, where it is loaded already
+
+        timer = gevent.Timeout(max(0.0, self.deadline - time.monotonic()))
+        try:
+            with timer:
+                yield
+        except gevent.Timeout as fired:
+            if fired is not timer:
+                raise
+            self.timed_out = True
+            close_connection_after_answer()
+            raise BodyTooSlow() from None
 
     def read(self, size: int | None = -1) -> bytes:
         try:
-            return self._count(self._stream.read(size) if size is not None else self._stream.read())
+            with self._within_deadline():
+                return self._count(self._stream.read(size) if size is not None else self._stream.read(), size)
         except (OSError, ValueError):
             raise  # a disconnect: werkzeug's LimitedStream turns these into ClientDisconnected (400)
+        except BodyTooSlow:
+            raise
         except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
             raise UnreadableBody() from error
 
     def readline(self, size: int | None = -1) -> bytes:
         try:
-            return self._count(self._stream.readline(size) if size is not None else self._stream.readline())
+            with self._within_deadline():
+                data = self._stream.readline(size) if size is not None else self._stream.readline()
+            self.bytes_read += len(data)
+            if not data:
+                self.ended = True
+            return data
         except (OSError, ValueError):
+            raise
+        except BodyTooSlow:
             raise
         except Exception as error:
             raise UnreadableBody() from error
@@ -74,6 +124,12 @@ def install_body_counting(app: Flask) -> None:
         return wsgi_app(environ, start_response)
 
     app.wsgi_app = counting_wsgi_app  # type: ignore[method-assign]
+
+
+def counting_input(environ: dict[str, Any]) -> CountingInput | None:
+    """The request's counted input stream (None when the app was built without body counting)."""
+    counted: CountingInput | None = environ.get(_ENVIRON_KEY)
+    return counted
 
 
 def body_bytes_read() -> int:

@@ -1,9 +1,9 @@
 """/v2: the Open Inference Protocol (KServe v2) over HTTP, with the binary tensor data extension.
 
 One route set per model (attention, softmax, log-likelihood), with and without ``/versions/1``. An infer
-request travels like a /v1 one: bytes → the same typed request → ``admit_work`` → ``run`` → bytes; only
-the codec differs. Errors are the /v1 problem documents plus the protocol's ``error`` member
-(service.web.problems adds it under /v2).
+request travels like a /v1 one: bytes → the same typed request → ``run_admitted`` (limits, a compute
+slot, the kernel) → bytes; only the codec differs. Errors are the /v1 problem documents plus the
+protocol's ``error`` member (service.web.problems adds it under /v2).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from service.api.v2.tensors import (
     parse_header,
     split_body,
 )
+from service.web.admission import run_admitted
 from service.web.blueprint import Blueprint
 from service.web.json_provider import dumps_bytes
-from service.web.limits import admit_work
 from service.web.parsing import read_body
 from service.web.problems import (
     Problem,
@@ -239,8 +239,7 @@ def _infer(model: Model) -> Response:
     )
     typed = model.build(arrays, options, chosen)
     answered = _answered_outputs(model, typed, explicit, binary_by_default)
-    admit_work(typed.work())
-    result = typed.run()
+    result = run_admitted(typed)
 
     tensors = [
         OutputTensor(name, array, binary)

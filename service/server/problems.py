@@ -1,0 +1,90 @@
+"""Answers the server writes itself, before or instead of the app: problem+json, logged like the app's.
+
+gunicorn answers malformed HTTP (and a worker that timed out) on its own, and the worker refuses an
+``Expect: 100-continue`` upload it will not read before gunicorn would send ``100 Continue``. Both write
+here, so every answer, whoever writes it, is a problem document with a request id, the CORS headers a page
+needs to read it when every origin is allowed, and one JSON access-log line on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+
+PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
+
+
+def problem_bytes(
+    status: int,
+    reason: str,
+    detail: str,
+    *,
+    slug: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[bytes, str]:
+    """The whole HTTP answer (``Connection: close``) for a problem, and the request id it carries."""
+    request_id = uuid.uuid4().hex
+    body = json.dumps(
+        {
+            "type": PROBLEM_TYPE_BASE + slug if slug else "about:blank",
+            "title": reason,
+            "status": status,
+            "detail": detail or reason,
+            "request_id": request_id,
+        }
+    ).encode()
+    every_origin = [o.strip() for o in os.environ.get("CORS_ORIGINS", "*").split(",") if o.strip()] == ["*"]
+    cors = (
+        "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: X-Request-ID, Retry-After\r\n"
+        if every_origin
+        else ""
+    )
+    extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nX-Request-ID: {request_id}\r\n{cors}{extra}"
+        f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode("latin-1") + body, request_id
+
+
+def log_answer(
+    status: int, size: int, request_id: str, *, method: str | None = None, path: str | None = None
+) -> None:
+    """The access-log line of an answer the server wrote itself (the app logs its own, in the same shape)."""
+    now = time.time()
+    line = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
+        "level": "info",
+        "logger": "service.access",
+        "message": "request",
+        "method": method,  # None: gunicorn could not parse the request (or gave up on it)
+        "path": path,
+        "status": status,
+        "bytes": size,
+        "request_bytes": 0,
+        "request_id": request_id,
+        "pid": os.getpid(),
+        "answered_by": "gunicorn",
+    }
+    print(json.dumps(line, separators=(",", ":")), flush=True)
+
+
+def write_problem(
+    sock: socket.socket,
+    status: int,
+    reason: str,
+    detail: str,
+    *,
+    slug: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    method: str | None = None,
+    path: str | None = None,
+) -> None:
+    """Write a problem answer on ``sock`` (which the caller then closes) and log it."""
+    answer, request_id = problem_bytes(status, reason, detail, slug=slug, headers=headers)
+    sock.sendall(answer)
+    log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id, method=method, path=path)

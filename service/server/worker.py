@@ -1,0 +1,178 @@
+"""gunicorn's gevent worker, with admission at the connection level (``worker_class`` in gunicorn.conf.py).
+
+gunicorn's gevent worker gives each connection a greenlet, so idle and slow clients cost a greenlet, not the
+worker. What it lacks, and this subclass adds through the worker's public methods:
+
+- **Deadlines for request heads.** The first request's head must arrive within ``HEADER_TIMEOUT_SECONDS``;
+  a kept-alive connection may then wait ``GUNICORN_KEEPALIVE`` seconds for the next one (gunicorn uses the
+  keep-alive time for both).
+- **Room for new connections.** A worker holds at most ``worker_connections`` connections. When it holds more
+  than :data:`CROWDED_SHARE` of them, the connections that have waited longest for a request head (idle
+  keep-alives, and clients that connect and send nothing or trickle their headers) are closed first, on each
+  new connection and every :data:`SWEEP_SECONDS`, so a crowd cannot keep the worker full for long and a
+  probe or a real client always gets in.
+- **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
+  before the app runs; an upload the app would refuse from its headers (413, or 503 when the worker's
+  memory budget cannot take it) is answered here instead, and its connection closed.
+- **Close, don't drain.** When the app asks to close a connection after its answer (a body it refused or that
+  did not arrive in time, see service/web/connection.py), the connection is closed rather than kept alive,
+  which would make gunicorn read the rest of that body first.
+
+The kernel runs on a thread (service/web/admission.py), so this worker's event loop stays free to do all this
+while a request computes.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any
+
+import gevent
+from gevent import Greenlet
+from gunicorn.workers.ggevent import GeventWorker
+
+from service.server.problems import write_problem
+from service.web.admission import admission_of, refusal_before_body
+from service.web.connection import on_close_request, take_close_request
+from service.web.problems import Problem
+from service.web.statuses import status_phrase
+
+# Past this share of worker_connections the worker is crowded and closes the longest-idle connections.
+CROWDED_SHARE = 0.9
+SWEEP_SECONDS = 0.5
+# A connection is closed for room only once it has waited this long for its head (a fresh one is about to
+# send it).
+MIN_IDLE_SECONDS = 0.5
+
+
+class _HeadWait:
+    """``with`` it around reading a request head: a timeout that the worker can also fire early."""
+
+    def __init__(self, waits: IdleConnections, seconds: float) -> None:
+        self._waits = waits
+        self.timeout = gevent.Timeout(seconds, False)  # False: the with block just ends, and gunicorn closes
+        self.greenlet = gevent.getcurrent()
+        self.since = 0.0
+
+    def __enter__(self) -> _HeadWait:
+        self.since = time.monotonic()
+        self._waits.waiting[self] = None
+        self.timeout.start()
+        return self
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        self._waits.waiting.pop(self, None)
+        return bool(self.timeout.__exit__(kind, value, traceback))
+
+    def end_now(self) -> None:
+        """End the wait at once, as if its timeout had fired (from the event loop, while it still waits)."""
+        self.timeout.cancel()
+        if self in self._waits.waiting:
+            self._waits.waiting.pop(self, None)
+            self.greenlet.throw(self.timeout)
+
+
+class IdleConnections:
+    """The connections waiting for a request head, oldest wait first."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[_HeadWait, None] = {}  # insertion-ordered: the oldest wait first
+
+    def wait(self, seconds: float) -> _HeadWait:
+        return _HeadWait(self, seconds)
+
+    def close_longest_idle(self, count: int) -> int:
+        """End up to ``count`` waits that lasted :data:`MIN_IDLE_SECONDS` or more; how many were ended."""
+        now = time.monotonic()
+        chosen = [wait for wait in self.waiting if now - wait.since >= MIN_IDLE_SECONDS][:count]
+        loop = gevent.get_hub().loop
+        for wait in chosen:
+            loop.run_callback(wait.end_now)
+        return len(chosen)
+
+
+class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has no type hints
+    """The gevent worker with head deadlines, room kept for new connections, and no 100 for a refused body."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle = IdleConnections()
+        self.open_connections = 0
+        self.served: weakref.WeakSet[Greenlet] = weakref.WeakSet()  # connections past their first request
+        self.crowded_above = max(1, int(CROWDED_SHARE * self.worker_connections))
+
+    def header_timeout(self) -> float:
+        admission = admission_of(self.wsgi) if hasattr(self.wsgi, "extensions") else None
+        return admission.limits.header_timeout_seconds if admission is not None else float(self.cfg.keepalive)
+
+    def timeout_ctx(self) -> _HeadWait:
+        first = gevent.getcurrent() not in self.served
+        return self.idle.wait(self.header_timeout() if first else float(self.cfg.keepalive))
+
+    def run(self) -> None:
+        gevent.spawn(self._keep_room)
+        super().run()
+
+    def _keep_room(self) -> None:
+        while self.alive:
+            gevent.sleep(SWEEP_SECONDS)
+            over = self.open_connections - self.crowded_above
+            if over > 0:
+                self.idle.close_longest_idle(over)
+
+    def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        self.open_connections += 1
+        try:
+            if self.open_connections > self.crowded_above:
+                self.idle.close_longest_idle(self.open_connections - self.crowded_above)
+            super().handle(listener, client, addr)
+        finally:
+            self.open_connections -= 1
+
+    def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
+        self.served.add(gevent.getcurrent())
+        refusal = self._refusal_before_continue(req)
+        if refusal is not None:
+            write_problem(
+                sock,
+                refusal.status,
+                refusal.title or status_phrase(refusal.status),
+                refusal.detail,
+                slug=refusal.slug,
+                headers=refusal.headers,
+                method=req.method,
+                path=req.path,
+            )
+            raise StopIteration()  # gunicorn's handle() closes the connection: the body is never read
+        # must_close (of gunicorn's request message) makes the answer say "Connection: close" and ends the
+        # connection after it
+        on_close_request(lambda: setattr(req, "must_close", True))
+        try:
+            handled = super().handle_request(listener_name, req, sock, addr)
+        finally:
+            on_close_request(None)
+            close = take_close_request()
+        if close:
+            raise StopIteration()
+        return handled
+
+    def _refusal_before_continue(self, req: Any) -> Problem | None:
+        """The app's refusal of an ``Expect: 100-continue`` body, decided from its headers; None to go on."""
+        if req.version < (1, 1):
+            return None
+        headers = {name: value for name, value in req.headers}
+        if headers.get("EXPECT", "").strip().lower() != "100-continue":
+            return None
+        admission = admission_of(self.wsgi) if hasattr(self.wsgi, "extensions") else None
+        if admission is None:
+            return None
+        length = headers.get("CONTENT-LENGTH")
+        chunked = "chunked" in headers.get("TRANSFER-ENCODING", "").lower()
+        if length is None and not chunked:
+            return None
+        try:
+            content_length = None if length is None else int(length)
+        except ValueError:
+            return None  # gunicorn refuses a malformed Content-Length itself
+        return refusal_before_body(admission, content_length)

@@ -1,0 +1,431 @@
+"""Admission control: whether this process takes a request on, decided before the work is done.
+
+One :class:`Admission` per app (so one per gunicorn worker process) holds:
+
+- **One memory budget** (``MEMORY_BUDGET_BYTES``) shared by everything the process holds for its requests:
+  bodies being read, computations, and answers being written reserve from it and give their share back when
+  the answer has been sent. A body is refused from its headers, before any of its bytes are read: 413 over
+  ``MAX_BODY_BYTES``, 503 ``overloaded`` when the budget cannot take it now. Uploads larger than
+  :data:`SMALL_BODY_BYTES` may hold at most :data:`UPLOAD_SHARE` of the budget between them, so a crowd of
+  held uploads always leaves room for small requests.
+- **Compute slots** (``COMPUTE_SLOTS``, one per worker by default) behind a bounded queue
+  (``COMPUTE_QUEUE_LENGTH``). Under the gevent worker a kernel runs on a real thread, so the worker's event
+  loop goes on reading other connections, answering probes and beating gunicorn's heartbeat while it
+  computes. A request that finds the queue full, or whose predicted wait is over
+  ``COMPUTE_QUEUE_SECONDS``, gets a 503 ``overloaded`` with ``Retry-After`` at once (and when a prediction
+  proves wrong, once that long has passed); one whose computation outlives ``COMPUTE_DEADLINE_SECONDS`` gets
+  a 504, while its thread finishes on its own and only then frees the slot.
+- **A deadline for each body**: ``BODY_TIMEOUT_SECONDS`` plus its length at ``BODY_MIN_BYTES_PER_SECOND``. A
+  body that does not arrive by then (a lying ``Content-Length``, a client that stalls) is answered 408.
+
+Any request whose body was refused or not read to its end closes its connection after the answer (the server
+is told through :func:`take_close_request`), so a refused upload is never drained.
+
+This module knows no model: views hand :func:`run_admitted` the request's :class:`~service.requests.Work` and
+the computation as a callable. Outside gevent (the test client, ``flask run``, other workers) the same
+accounting runs and the kernel runs inline.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from flask import Flask, current_app
+from flask.ctx import _AppCtxGlobals
+from flask.wrappers import Request
+from werkzeug.wsgi import ClosingIterator
+
+from service.requests import Work
+from service.web.body import CountingInput, body_bytes_read, counting_input
+from service.web.connection import close_connection_after_answer, under_gevent
+from service.web.hooks import request_steps
+from service.web.limits import admit_work
+from service.web.problems import Problem
+
+try:  # the default worker's; the service also runs without it (the test client, flask run)
+    import gevent
+    from gevent.threadpool import ThreadPool
+except ImportError:  # pragma: no cover - gevent is in the locks
+    gevent = None
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+_EXTENSION = "attention_admission"
+_RESERVATION_KEY = "attention.reservation"
+
+# What parsing and computing a request holds at its peak, per byte of body and per element of its largest
+# array: a JSON body parses to up to 8 bytes of Python objects per byte before it becomes arrays, and an
+# element is 8 bytes held as the result plus temporaries (docs/operations.md, "Memory budget", has the
+# measured peaks these bound).
+HELD_PER_BODY_BYTE = 16
+HELD_PER_WORK_ELEMENT = 24
+# Bodies up to this size are always small next to the budget; larger uploads may hold at most UPLOAD_SHARE of
+# the budget between them while they are being read.
+SMALL_BODY_BYTES = 64 * 1024
+UPLOAD_SHARE = 0.75
+# Computations shorter than this teach the wait predictor nothing (their time is the fixed cost of a call).
+_LEARN_FROM_SECONDS = 0.005
+
+
+def overloaded(detail: str, retry_after: float) -> Problem:
+    """A 503 ``overloaded`` problem that says when to try again (in whole seconds, at least 1)."""
+    return Problem(
+        503,
+        detail,
+        slug="overloaded",
+        title="Overloaded",
+        headers={"Retry-After": str(max(1, math.ceil(retry_after)))},
+    )
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """The settings admission works with (service/settings.py and docs/operations.md describe each)."""
+
+    memory_budget_bytes: int
+    max_body_bytes: int
+    compute_slots: int
+    compute_queue_length: int
+    compute_queue_seconds: float
+    compute_deadline_seconds: float
+    body_timeout_seconds: float
+    body_min_bytes_per_second: int
+    header_timeout_seconds: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> AdmissionLimits:
+        return cls(
+            memory_budget_bytes=int(config["MEMORY_BUDGET_BYTES"]),
+            max_body_bytes=int(config["MAX_CONTENT_LENGTH"]),
+            compute_slots=int(config["COMPUTE_SLOTS"]),
+            compute_queue_length=int(config["COMPUTE_QUEUE_LENGTH"]),
+            compute_queue_seconds=float(config["COMPUTE_QUEUE_SECONDS"]),
+            compute_deadline_seconds=float(config["COMPUTE_DEADLINE_SECONDS"]),
+            body_timeout_seconds=float(config["BODY_TIMEOUT_SECONDS"]),
+            body_min_bytes_per_second=int(config["BODY_MIN_BYTES_PER_SECOND"]),
+            header_timeout_seconds=float(config["HEADER_TIMEOUT_SECONDS"]),
+        )
+
+    def body_seconds(self, length: int) -> float:
+        """How long a body of ``length`` bytes may take to arrive."""
+        return self.body_timeout_seconds + length / self.body_min_bytes_per_second
+
+
+class Reservation:
+    """What one request holds of its process's budget; all of it goes back when the answer has been sent."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self.held_bytes = 0
+        self.upload_bytes = 0
+
+    def take(self, size: int, *, upload: bool = False) -> bool:
+        """Reserve ``size`` more bytes (an ``upload`` counts against uploads' share too); False if no room."""
+        upload = upload and size > SMALL_BODY_BYTES
+        if not self._admission.try_hold(size, upload=upload):
+            return False
+        self.held_bytes += size
+        if upload:
+            self.upload_bytes += size
+        return True
+
+    def release(self) -> None:
+        if self.held_bytes:
+            self._admission.give_back(self.held_bytes, self.upload_bytes)
+            self.held_bytes = self.upload_bytes = 0
+
+
+@dataclass
+class _Waiter:
+    estimate: float
+
+
+class Admission:
+    """One process's memory budget and compute slots (see the module's docstring)."""
+
+    def __init__(self, limits: AdmissionLimits) -> None:
+        self.limits = limits
+        # Under the gevent worker these are gevent's primitives (the standard library is patched before the
+        # app is created), so a wait yields to the event loop; elsewhere they are thread locks.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self.held_bytes = 0
+        self.upload_bytes = 0
+        self.busy_slots = 0
+        self._queue: deque[_Waiter] = deque()
+        self._running: dict[int, tuple[float, float]] = {}  # id -> (started, estimated seconds)
+        # Seconds per work element, learnt from this process's own computations, to predict waits. It starts
+        # at the documented worst case: 2 s for the most work the default limits admit.
+        self.seconds_per_element = 2.0 / (1 << 24)
+        self._pool: Any = None
+
+    # --- memory ---------------------------------------------------------------------------------------------
+    def try_hold(self, size: int, *, upload: bool) -> bool:
+        with self._lock:
+            return self._try_hold_locked(size, upload=upload)
+
+    def _try_hold_locked(self, size: int, *, upload: bool) -> bool:
+        budget = self.limits.memory_budget_bytes
+        if self.held_bytes + size > budget:
+            return False
+        if upload and self.upload_bytes + size > UPLOAD_SHARE * budget:
+            return False
+        self.held_bytes += size
+        if upload:
+            self.upload_bytes += size
+        return True
+
+    def give_back(self, size: int, upload_size: int = 0) -> None:
+        with self._changed:
+            self.held_bytes -= size
+            self.upload_bytes -= upload_size
+            self._changed.notify_all()
+
+    # --- compute --------------------------------------------------------------------------------------------
+    def has_free_slot(self) -> bool:
+        return self.busy_slots < self.limits.compute_slots
+
+    def predicted_wait(self, now: float) -> float:
+        """Seconds until a slot frees for a request arriving now: what runs and what queues ahead of it."""
+        running = sorted(max(0.0, started + estimate - now) for started, estimate in self._running.values())
+        first_free = running[0] if len(running) >= self.limits.compute_slots and running else 0.0
+        queued = sum(waiter.estimate for waiter in self._queue) / self.limits.compute_slots
+        return first_free + queued
+
+    def run(
+        self, compute: Callable[[], T], *, work_elements: int, memory_bytes: int, reservation: Reservation
+    ) -> T:
+        """Run ``compute`` in a compute slot, holding ``memory_bytes`` of the budget from the start.
+
+        The memory stays reserved (in ``reservation``) until the answer has been sent; raises the 503 and 504
+        problems described in the module's docstring.
+        """
+        estimate = max(work_elements, 1) * self.seconds_per_element
+        # What the request already holds (its body) is part of what it needs to compute.
+        memory_bytes = max(0, min(memory_bytes, self.limits.memory_budget_bytes) - reservation.held_bytes)
+        waiter = self._enter(estimate, memory_bytes)
+        token = id(waiter)
+        started = time.monotonic()
+        with self._lock:
+            self._running[token] = (started, estimate)
+        reservation.held_bytes += memory_bytes
+        if not under_gevent():
+            try:
+                return compute()
+            finally:
+                self._leave(token, started, work_elements)
+        if self._pool is None:
+            self._pool = ThreadPool(self.limits.compute_slots)
+        result = self._pool.spawn(compute)
+        try:
+            value: T = result.get(timeout=self.limits.compute_deadline_seconds)
+        except gevent.Timeout:
+            # The thread cannot be stopped: it finishes on its own, and only then frees its slot.
+            gevent.spawn(self._leave_when_done, result, token, started, work_elements)
+            raise Problem(
+                504,
+                f"The computation took longer than {self.limits.compute_deadline_seconds:g} s "
+                "(COMPUTE_DEADLINE_SECONDS) and was abandoned; ask for less work.",
+                slug="deadline-exceeded",
+                title="Deadline exceeded",
+            ) from None
+        except BaseException:
+            self._leave(token, started, work_elements)
+            raise
+        self._leave(token, started, work_elements)
+        return value
+
+    def _enter(self, estimate: float, memory_bytes: int) -> _Waiter:
+        """Wait for a slot and the memory, first come first served; a 503 when that cannot be soon enough."""
+        limits = self.limits
+        waiter = _Waiter(estimate)
+        with self._changed:
+            now = time.monotonic()
+            wait = self.predicted_wait(now)
+            if len(self._queue) >= limits.compute_queue_length:
+                raise overloaded(
+                    f"{len(self._queue)} requests are already waiting for this worker's compute slots "
+                    f"(COMPUTE_QUEUE_LENGTH = {limits.compute_queue_length}); try again shortly.",
+                    wait,
+                )
+            if wait > limits.compute_queue_seconds:
+                raise overloaded(
+                    f"This worker's computations would keep this request waiting about {wait:.1f} s, longer "
+                    f"than COMPUTE_QUEUE_SECONDS ({limits.compute_queue_seconds:g} s); try again later.",
+                    wait,
+                )
+            self._queue.append(waiter)
+            deadline = now + limits.compute_queue_seconds
+            try:
+                while not (
+                    self._queue[0] is waiter
+                    and self.busy_slots < limits.compute_slots
+                    and self._try_hold_locked(memory_bytes, upload=False)
+                ):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise overloaded(
+                            f"No compute slot and {memory_bytes:,} bytes of this worker's memory budget "
+                            f"came free within COMPUTE_QUEUE_SECONDS ({limits.compute_queue_seconds:g} s); "
+                            "try again later.",
+                            self.predicted_wait(time.monotonic()) or limits.compute_queue_seconds,
+                        )
+                    self._changed.wait(left)
+            finally:
+                self._queue.remove(waiter) if waiter in self._queue else None
+                self._changed.notify_all()
+            self.busy_slots += 1
+        return waiter
+
+    def _leave(self, token: int, started: float, work_elements: int) -> None:
+        seconds = time.monotonic() - started
+        with self._changed:
+            self.busy_slots -= 1
+            self._running.pop(token, None)
+            if seconds >= _LEARN_FROM_SECONDS and work_elements > 0:
+                # A moving average: the newest computation counts for a third.
+                self.seconds_per_element += (seconds / work_elements - self.seconds_per_element) / 3
+            self._changed.notify_all()
+
+    def _leave_when_done(self, result: Any, token: int, started: float, work_elements: int) -> None:
+        result.wait()
+        self._leave(token, started, work_elements)
+
+
+def admission_of(app: Flask) -> Admission | None:
+    """The app's admission (None for an app built without it)."""
+    admission: Admission | None = app.extensions.get(_EXTENSION)
+    return admission
+
+
+def refusal_before_body(admission: Admission, content_length: int | None) -> Problem | None:
+    """The answer for a body that must not be read (too large, or no room for it now), or None to read it.
+
+    ``content_length`` None means a chunked body of unknown length, reserved at ``MAX_BODY_BYTES``.
+    """
+    limits = admission.limits
+    if content_length is not None and content_length > limits.max_body_bytes:
+        return Problem(
+            413,
+            f"The request body is larger than the limit of {limits.max_body_bytes:,} bytes (MAX_BODY_BYTES).",
+            slug="body-too-large",
+        )
+    size = limits.max_body_bytes if content_length is None else content_length
+    budget = limits.memory_budget_bytes
+    upload = size > SMALL_BODY_BYTES
+    if admission.held_bytes + size > budget or (
+        upload and admission.upload_bytes + size > UPLOAD_SHARE * budget
+    ):
+        return overloaded(
+            f"This worker holds {admission.held_bytes:,} bytes of its {budget:,}-byte memory budget "
+            f"(MEMORY_BUDGET_BYTES) for other requests and cannot take a body of {size:,} bytes now; try "
+            "again shortly.",
+            1.0,
+        )
+    return None
+
+
+_current: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("reservation", default=None)
+
+
+class Computation(Protocol[T_co]):
+    """A typed request as admission sees it: what it asks for, and how to compute it."""
+
+    def work(self) -> Work: ...
+
+    def run(self) -> T_co: ...
+
+
+def run_admitted(computation: Computation[T]) -> T:
+    """Check the work against the limits (413), then compute in a compute slot (503/504 when it cannot).
+
+    Every protocol's view calls this, and only this, between building its typed request and encoding the
+    result. The computation's memory (:data:`HELD_PER_BODY_BYTE` per body byte, :data:`HELD_PER_WORK_ELEMENT`
+    per work element) is held from the budget until the answer has been sent.
+    """
+    work = computation.work()
+    admit_work(work)
+    admission = admission_of(current_app)
+    reservation = _current.get()
+    if admission is None or reservation is None:
+        return computation.run()
+    memory = HELD_PER_BODY_BYTE * body_bytes_read() + HELD_PER_WORK_ELEMENT * work.elements
+    return admission.run(
+        computation.run, work_elements=work.elements, memory_bytes=memory, reservation=reservation
+    )
+
+
+def install_admission(app: Flask) -> Admission:
+    """Reserve every request's body before it is read and give everything back when the answer is sent."""
+    admission = Admission(AdmissionLimits.from_config(app.config))
+    app.extensions[_EXTENSION] = admission
+    wsgi_app: Callable[[dict[str, Any], Any], Iterable[bytes]] = app.wsgi_app
+
+    def admitted_wsgi_app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        reservation = Reservation(admission)
+        environ[_RESERVATION_KEY] = reservation
+        token = _current.set(reservation)
+        try:
+            answer = wsgi_app(environ, start_response)
+        except BaseException:
+            reservation.release()
+            raise
+        finally:
+            _current.reset(token)
+        return ClosingIterator(answer, [reservation.release, lambda: _close_if_unread(environ)])
+
+    app.wsgi_app = admitted_wsgi_app  # type: ignore[method-assign]
+    request_steps(app).add_before(_admit_body)
+    return admission
+
+
+def _admit_body(request: Request, g: _AppCtxGlobals) -> None:
+    """Refuse a body from its headers (413, or 503 when the budget cannot take it), else set its deadline."""
+    if request.content_length in (None, 0) and not _is_chunked(request):
+        return
+    admission = admission_of(current_app)
+    reservation: Reservation | None = request.environ.get(_RESERVATION_KEY)
+    if admission is None or reservation is None:
+        return
+    length = request.content_length
+    refusal = refusal_before_body(admission, length)
+    size = admission.limits.max_body_bytes if length is None else length
+    if refusal is None and not reservation.take(size, upload=True):
+        refusal = refusal_before_body(admission, length) or overloaded("No room for this body now.", 1.0)
+    if refusal is not None:
+        close_connection_after_answer()
+        raise refusal
+    counted = counting_input(request.environ)
+    if counted is not None:
+        counted.deadline = time.monotonic() + admission.limits.body_seconds(size)
+
+
+def _is_chunked(request: Request) -> bool:
+    return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+
+
+def _close_if_unread(environ: dict[str, Any]) -> None:
+    """Close the connection after an answer whose body was not read to its end (rather than drain it)."""
+    counted: CountingInput | None = counting_input(environ)
+    if counted is None:
+        return
+    length = environ.get("CONTENT_LENGTH")
+    declared = int(length) if length and str(length).isdigit() else None
+    if (
+        counted.timed_out
+        or (declared is not None and counted.bytes_read < declared)
+        or (
+            declared is None
+            and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+            and not counted.ended
+        )
+    ):
+        close_connection_after_answer()

@@ -1,0 +1,50 @@
+"""What the app tells the server about the connection a request came on, and whether gevent runs it.
+
+The app decides some answers must close their connection instead of letting the server read on: a body that
+was refused from its headers, or that did not arrive in time, is never drained (a client that claimed 999 MB
+would otherwise hold the connection while the server reads them). The server's worker
+(``service.server.worker``) asks :func:`take_close_request` after each answer. The flag is a context variable:
+each gevent greenlet (one per connection) and each thread has its own.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable
+
+try:  # the default worker's event loop; the service also runs without it (the test client, flask run)
+    import gevent.monkey
+except ImportError:  # pragma: no cover - gevent is in the locks
+    gevent = None
+
+_close_after_answer: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "close_after_answer", default=False
+)
+# Set by the server around each request: how to make the answer itself say ``Connection: close``.
+_closer: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("closer", default=None)
+
+
+def under_gevent() -> bool:
+    """Whether this process runs gevent's event loop with the standard library patched (the gevent worker)."""
+    return gevent is not None and gevent.monkey.is_module_patched("socket")
+
+
+def close_connection_after_answer() -> None:
+    """Ask the server to close this connection once the answer is sent."""
+    _close_after_answer.set(True)
+    closer = _closer.get()
+    if closer is not None:
+        closer()
+
+
+def on_close_request(closer: Callable[[], None] | None) -> None:
+    """Have :func:`close_connection_after_answer` call ``closer`` too (the server's, for this request)."""
+    _closer.set(closer)
+
+
+def take_close_request() -> bool:
+    """Whether the answer just sent asked to close its connection; the next request starts afresh."""
+    wanted = _close_after_answer.get()
+    if wanted:
+        _close_after_answer.set(False)
+    return wanted
