@@ -8,12 +8,15 @@ from typing import Any
 from service.web.blueprint import Blueprint
 from service.web.statuses import status_name
 
-COMPUTE_ERRORS = (400, 401, 413, 415)
+# 408: the body did not arrive in time; 503: overloaded (no compute slot or memory soon enough, with
+# Retry-After); 504: the computation outlived COMPUTE_DEADLINE_SECONDS (service/web/admission.py).
+COMPUTE_ERRORS = (400, 401, 408, 413, 415, 503, 504)
 
 
 def document_compute_errors(blp: Blueprint) -> Callable[[Any], Any]:
-    """Decorator adding the 400/401/413/415 problem+json responses (422 comes from ``@blp.arguments``;
-    the optional API-key requirement from the contract's rule for /v1/*, in service.web.spec)."""
+    """Decorator adding the problem+json responses of :data:`COMPUTE_ERRORS` (422 comes from
+    ``@blp.arguments``; the optional API-key requirement from the contract's rule for /v1/*, in
+    service.web.spec)."""
 
     def decorate(view: Any) -> Any:
         for status in COMPUTE_ERRORS:

@@ -193,6 +193,11 @@ class Admission:
     def has_free_slot(self) -> bool:
         return self.busy_slots < self.limits.compute_slots
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a compute slot now."""
+        return len(self._queue)
+
     def predicted_wait(self, now: float) -> float:
         """Seconds until a slot frees for a request arriving now: what runs and what queues ahead of it."""
         running = sorted(max(0.0, started + estimate - now) for started, estimate in self._running.values())

@@ -16,6 +16,7 @@ STATUSES: dict[int, tuple[str, str]] = {
     401: ("UNAUTHORIZED", "Unauthorized"),
     404: ("NOT_FOUND", "Not Found"),
     405: ("METHOD_NOT_ALLOWED", "Method Not Allowed"),
+    408: ("REQUEST_TIMEOUT", "Request Timeout"),
     413: ("CONTENT_TOO_LARGE", "Content Too Large"),
     414: ("URI_TOO_LONG", "URI Too Long"),
     415: ("UNSUPPORTED_MEDIA_TYPE", "Unsupported Media Type"),
@@ -23,6 +24,7 @@ STATUSES: dict[int, tuple[str, str]] = {
     422: ("UNPROCESSABLE_CONTENT", "Unprocessable Content"),
     500: ("INTERNAL_SERVER_ERROR", "Internal Server Error"),
     503: ("SERVICE_UNAVAILABLE", "Service Unavailable"),
+    504: ("GATEWAY_TIMEOUT", "Gateway Timeout"),
 }
 
 

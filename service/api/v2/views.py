@@ -16,6 +16,7 @@ from flask import Response, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import NotFound
 
+from service.api.errors_doc import COMPUTE_ERRORS
 from service.api.meta import self_check
 from service.api.v2.models import BINARY_DATA_OUTPUT, MODELS, VERSION, Model, OutputSpec, Request
 from service.api.v2.schemas import (
@@ -66,7 +67,7 @@ blp = Blueprint(
 SERVER_NAME = "attention-service"
 EXTENSIONS = ["binary_tensor_data", "parameters"]
 OUTPUT_BINARY_DATA = "binary_data"  # the one output parameter (binary tensor data extension)
-INFER_ERRORS = (400, 401, 413, 415, 422)
+INFER_ERRORS = (*COMPUTE_ERRORS, 422)
 
 
 @blp.route("", methods=["GET"])

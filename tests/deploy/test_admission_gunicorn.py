@@ -1,0 +1,160 @@
+"""Admission against gunicorn with gunicorn.conf.py (the default worker): what only a real server can show.
+
+No 100 Continue for a refused upload and no draining of it; a lying Content-Length answered 408 and closed;
+a crowd of idle connections that cannot keep a probe out; a computation that does not stop the worker from
+answering probes. Loopback only; every crowd and loop is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+from deploy.launch import Server, start
+
+pytestmark = pytest.mark.gunicorn
+
+SEED = b'{"query":[0,1],"key":[[1,0],[0,1]],"value":[[6,0],[0,3]]}'
+CROWD = 60  # idle connections, over the worker's 40
+WORKER_CONNECTIONS = 40
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    running = start(
+        env={
+            "BODY_TIMEOUT_SECONDS": "1",
+            "BODY_MIN_BYTES_PER_SECOND": "1048576",
+            "GUNICORN_WORKER_CONNECTIONS": str(WORKER_CONNECTIONS),
+        },
+        workers=1,
+    )
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
+@pytest.fixture(scope="module")
+def heavy_server() -> Iterator[Server]:
+    """One worker whose work limits admit a computation of seconds (the defaults keep each under 2 s)."""
+    unbounded = str(1 << 40)
+    running = start(
+        env={"MAX_WORK_ELEMENTS": unbounded, "MAX_OUTPUT_ONLY_WORK_ELEMENTS": unbounded}, workers=1
+    )
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
+def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """Everything the server sends until it closes the connection: the first line and the rest."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    first, _, rest = received.partition(b"\r\n")
+    return first, rest
+
+
+def test_an_upload_that_will_be_refused_gets_no_100_continue_and_is_not_drained(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Expect: 100-continue\r\nContent-Length: 999999999\r\n\r\n"
+        )
+        first, rest = read_answer(sock)  # returns only because the server closes: nothing is drained
+    assert first == b"HTTP/1.1 413 Content Too Large", first + rest
+    assert b"100 Continue" not in rest
+    assert b"Connection: close" in rest
+    assert b"application/problem+json" in rest
+    assert b"MAX_BODY_BYTES" in rest
+
+
+def test_an_upload_within_the_limits_still_gets_its_100_continue(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(SEED)
+        )
+        assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue")
+        sock.sendall(SEED)
+        first, rest = read_answer(sock)
+    assert first.startswith(b"HTTP/1.1 200"), first + rest
+    assert b"0.3302384506733" in rest
+
+
+def test_a_refused_body_without_expect_closes_the_connection_instead_of_reading_it(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 999999999\r\n\r\n{"
+        )
+        first, rest = read_answer(sock)
+    assert first.startswith(b"HTTP/1.1 413"), first + rest
+    assert b"Connection: close" in rest
+
+
+def test_a_lying_content_length_is_answered_408_and_closed(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000\r\n\r\n{"
+        )
+        first, rest = read_answer(sock)  # the socket's 10 s timeout bounds the wait; the deadline is 1 s
+    assert first.startswith(b"HTTP/1.1 408"), first + rest
+    assert b"Connection: close" in rest
+    assert b"BODY_TIMEOUT_SECONDS" in rest
+
+
+def test_a_crowd_of_idle_connections_cannot_keep_a_probe_out(server: Server) -> None:
+    """60 connections that send nothing, against a worker that holds 40: the longest idle make room."""
+    crowd = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(CROWD)]
+    try:
+        time.sleep(
+            1.5
+        )  # past MIN_IDLE_SECONDS, so the crowd is evictable; well within the 10 s head deadline
+        answer = httpx.get(server.url("/livez"), timeout=5)
+        assert answer.status_code == 200
+        closed = 0
+        for sock in crowd:
+            sock.settimeout(0.01)
+            with contextlib.suppress(TimeoutError):
+                closed += sock.recv(1) == b""
+        assert closed >= CROWD - WORKER_CONNECTIONS, f"only {closed} idle connections were closed for room"
+    finally:
+        for sock in crowd:
+            sock.close()
+
+
+def test_a_long_computation_does_not_stop_the_worker_answering(heavy_server: Server) -> None:
+    """The only worker computes for seconds (narrow heads, many of them) while /livez is probed every 50 ms.
+
+    The computation runs on a thread beside the worker's event loop: each probe must be answered within 1 s
+    (the probe's own timeout), which a worker computing on its loop could not do.
+    """
+    rng = np.random.default_rng(0)
+    n, heads, width = 3072, 60, 4
+    x = rng.uniform(-1, 1, (n, width)).round(3).tolist()
+    weights = {name: rng.uniform(-1, 1, (width, heads)).round(3).tolist() for name in ("w_q", "w_k", "w_v")}
+    body = {"query": x, "key": x, "value": x, **weights, "w_o": rng.uniform(-1, 1, (heads, width)).tolist()}
+    body |= {"num_heads": heads, "causal": True}
+    answers: list[int] = []
+    probes: list[int] = []
+    with httpx.Client(timeout=60) as heavy, httpx.Client(timeout=1) as probe:
+        computing = threading.Thread(
+            target=lambda: answers.append(
+                heavy.post(heavy_server.url("/v1/multi-head-attention"), json=body).status_code
+            )
+        )
+        computing.start()
+        while computing.is_alive() and len(probes) < 400:  # at most about 20 s of probing
+            probes.append(probe.get(heavy_server.url("/livez")).status_code)
+            time.sleep(0.05)
+        computing.join(60)
+    assert answers == [200]
+    assert len(probes) >= 5
+    assert set(probes) == {200}

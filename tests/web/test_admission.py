@@ -1,0 +1,237 @@
+"""Admission in process: the shared memory budget, the compute slots and their queue, readiness, closing.
+
+The gevent worker's parts (the kernel on a thread, head and body deadlines) are tested against gunicorn in
+tests/deploy/test_admission_gunicorn.py; here the same accounting runs with real threads, as it does under
+any other server.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from service import create_app
+from service.web.admission import (
+    SMALL_BODY_BYTES,
+    UPLOAD_SHARE,
+    Admission,
+    AdmissionLimits,
+    Reservation,
+    admission_of,
+    refusal_before_body,
+)
+from service.web.connection import take_close_request
+from service.web.problems import Problem
+from tests.problems import assert_problem
+
+SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+MIB = 1024 * 1024
+
+
+def limits(**changes: Any) -> AdmissionLimits:
+    values: dict[str, Any] = {
+        "memory_budget_bytes": 64 * MIB,
+        "max_body_bytes": 8 * MIB,
+        "compute_slots": 1,
+        "compute_queue_length": 2,
+        "compute_queue_seconds": 3.0,
+        "compute_deadline_seconds": 20.0,
+        "body_timeout_seconds": 10.0,
+        "body_min_bytes_per_second": 1024,
+        "header_timeout_seconds": 10.0,
+    }
+    values.update(changes)
+    return AdmissionLimits(**values)
+
+
+def test_uploads_share_the_budget_and_small_bodies_always_find_room() -> None:
+    admission = Admission(limits())
+    uploads = [Reservation(admission) for _ in range(7)]
+    taken = [reservation.take(7 * MIB, upload=True) for reservation in uploads]
+    # 64 MiB × 0.75 = 48 MiB for uploads: six of 7 MiB fit, the seventh does not.
+    assert taken == [True] * 6 + [False]
+    assert admission.upload_bytes == 42 * MIB
+    assert UPLOAD_SHARE * admission.limits.memory_budget_bytes == 48 * MIB
+    small = Reservation(admission)
+    assert small.take(SMALL_BODY_BYTES, upload=True)  # a small body is not held to the uploads' share
+    assert refusal_before_body(admission, 7 * MIB) is not None
+    for reservation in [*uploads, small]:
+        reservation.release()
+    assert (admission.held_bytes, admission.upload_bytes) == (0, 0)
+    assert refusal_before_body(admission, 7 * MIB) is None
+
+
+def test_a_body_over_the_limit_is_413_and_one_without_room_is_503_with_retry_after() -> None:
+    admission = Admission(limits())
+    too_large = refusal_before_body(admission, 8 * MIB + 1)
+    assert too_large is not None
+    assert (too_large.status, too_large.slug) == (413, "body-too-large")
+    assert refusal_before_body(admission, 8 * MIB) is None
+    holder = Reservation(admission)
+    assert holder.take(60 * MIB)
+    no_room = refusal_before_body(admission, 5 * MIB)
+    assert no_room is not None
+    assert (no_room.status, no_room.slug) == (503, "overloaded")
+    assert int(no_room.headers["Retry-After"]) >= 1
+    # A chunked body (no length) is reserved at MAX_BODY_BYTES.
+    assert refusal_before_body(admission, None) is not None
+    holder.release()
+    assert refusal_before_body(admission, None) is None
+
+
+class Blocker:
+    """A computation that holds its slot until released."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self) -> str:
+        self.started.set()
+        assert self.release.wait(10)
+        return "done"
+
+
+@pytest.fixture
+def busy_admission() -> Iterator[tuple[Admission, Blocker]]:
+    """An admission whose one slot is taken by a computation predicted to run a long time."""
+    admission = Admission(limits(compute_queue_seconds=0.5))
+    blocker = Blocker()
+    runner = threading.Thread(
+        target=admission.run,
+        args=(blocker,),
+        kwargs={"work_elements": 1 << 30, "memory_bytes": MIB, "reservation": Reservation(admission)},
+    )
+    runner.start()
+    assert blocker.started.wait(10)
+    yield admission, blocker
+    blocker.release.set()
+    runner.join(10)
+
+
+def test_a_request_that_would_wait_longer_than_the_queue_allows_is_refused_at_once(
+    busy_admission: tuple[Admission, Blocker],
+) -> None:
+    admission, _ = busy_admission
+    assert not admission.has_free_slot()
+    with pytest.raises(Problem) as refused:
+        admission.run(lambda: "never", work_elements=4, memory_bytes=0, reservation=Reservation(admission))
+    assert (refused.value.status, refused.value.slug) == (503, "overloaded")
+    # The running computation was predicted at 2 s per 2^24 elements × 2^30: far past the 0.5 s allowed.
+    assert int(refused.value.headers["Retry-After"]) > 60
+
+
+def test_a_full_queue_is_refused_at_once_and_the_queue_drains_in_order() -> None:
+    admission = Admission(limits(compute_queue_length=1, compute_queue_seconds=10.0))
+    blocker = Blocker()
+    order: list[str] = []
+
+    def run(name: str, compute: Any) -> None:
+        order.append(
+            admission.run(compute, work_elements=1, memory_bytes=0, reservation=Reservation(admission))
+        )
+
+    first = threading.Thread(target=run, args=("first", blocker))
+    first.start()
+    assert blocker.started.wait(10)
+    second = threading.Thread(target=run, args=("second", lambda: "second"))
+    second.start()
+    for _ in range(2000):  # wait (bounded: 10 s) until the second request is queued
+        if admission.queued:
+            break
+        threading.Event().wait(0.005)
+    assert admission.queued == 1
+    with pytest.raises(Problem) as refused:
+        admission.run(lambda: "third", work_elements=1, memory_bytes=0, reservation=Reservation(admission))
+    assert (refused.value.status, refused.value.slug) == (503, "overloaded")
+    assert "COMPUTE_QUEUE_LENGTH" in refused.value.detail
+    blocker.release.set()
+    first.join(10)
+    second.join(10)
+    assert order == ["done", "second"]
+    assert admission.busy_slots == 0
+    assert admission.has_free_slot()
+
+
+def test_a_computation_holds_its_memory_until_released_and_waits_for_room() -> None:
+    admission = Admission(limits(compute_queue_seconds=0.2))
+    held = Reservation(admission)
+    assert held.take(60 * MIB)
+    reservation = Reservation(admission)
+    with pytest.raises(Problem) as refused:  # 8 MiB cannot come free while 60 of 64 are held
+        admission.run(lambda: "x", work_elements=1, memory_bytes=8 * MIB, reservation=reservation)
+    assert refused.value.status == 503
+    held.release()
+    assert admission.run(lambda: "x", work_elements=1, memory_bytes=8 * MIB, reservation=reservation) == "x"
+    assert admission.held_bytes == 8 * MIB  # held until the answer has been sent
+    reservation.release()
+    assert admission.held_bytes == 0
+
+
+@pytest.fixture
+def app() -> Flask:
+    return create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 64 * MIB, "MAX_CONTENT_LENGTH": 8 * MIB})
+
+
+def test_every_request_gives_back_what_it_held(app: Flask) -> None:
+    client = app.test_client()
+    admission = admission_of(app)
+    assert admission is not None
+    for _ in range(3):
+        # A server closes each answer once it is sent (the test client only when asked): that gives back
+        # what the request held.
+        with client.post("/v1/attention", json=SEED) as answer:
+            assert answer.status_code == 200
+            assert admission.held_bytes > 0
+        with client.post("/v1/attention", json={"query": "x"}) as answer:
+            assert answer.status_code == 422
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots) == (0, 0, 0)
+
+
+def test_a_body_the_budget_cannot_take_is_503_before_it_is_read_and_closes_the_connection(app: Flask) -> None:
+    client: FlaskClient = app.test_client()
+    admission = admission_of(app)
+    assert admission is not None
+    holder = Reservation(admission)
+    assert holder.take(60 * MIB)
+    try:
+        body = b'{"logits": [' + b"1.0," * 2_000_000 + b"1.0]}"  # 8 MB: within MAX_BODY_BYTES, not the room
+        answer = client.post("/v1/softmax", data=body, content_type="application/json")
+        assert_problem(answer, 503)
+        assert answer.json is not None
+        assert answer.json["type"].endswith(":overloaded")
+        assert int(answer.headers["Retry-After"]) >= 1
+        assert take_close_request()  # the server is told to close rather than read the body
+        assert client.post("/v1/attention", json=SEED).status_code == 200  # a small one still fits
+    finally:
+        holder.release()
+
+
+def test_readyz_is_not_ready_while_every_compute_slot_is_busy(app: Flask) -> None:
+    client = app.test_client()
+    admission = admission_of(app)
+    assert admission is not None
+    assert client.get("/readyz").status_code == 200
+    blocker = Blocker()
+    runner = threading.Thread(
+        target=admission.run,
+        args=(blocker,),
+        kwargs={"work_elements": 1, "memory_bytes": 0, "reservation": Reservation(admission)},
+    )
+    runner.start()
+    try:
+        assert blocker.started.wait(10)
+        answer = client.get("/readyz")
+        assert_problem(answer, 503)
+        assert answer.json is not None
+        assert "compute slot" in answer.json["detail"]
+        assert client.get("/livez").status_code == 200  # alive all the same
+    finally:
+        blocker.release.set()
+        runner.join(10)
+    assert client.get("/readyz").status_code == 200
