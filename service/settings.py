@@ -112,7 +112,7 @@ class Settings:
     # Admission (service/web/admission.py): computations at once per worker, how many may wait for them and
     # how long, how long one may run before its answer is a 504, and the deadlines for heads and bodies.
     compute_slots: int = _setting(1, _positive_int)
-    compute_queue_length: int = _setting(16, _positive_int)
+    compute_queue_length: int = _setting(128, _positive_int)
     compute_queue_seconds: float = _setting(3.0, _positive_seconds)
     compute_deadline_seconds: float = _setting(20.0, _positive_seconds)
     header_timeout_seconds: float = _setting(10.0, _positive_seconds)

@@ -24,6 +24,8 @@ while a request computes.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 import weakref
 from typing import Any
@@ -44,6 +46,10 @@ SWEEP_SECONDS = 0.5
 # A connection is closed for room only once it has waited this long for its head (a fresh one is about to
 # send it).
 MIN_IDLE_SECONDS = 0.5
+# After an answer that closes its connection with a body left unread, what the client still sends is read and
+# thrown away for this long, so the answer is not lost to a reset (see linger()).
+LINGER_SECONDS = 2.0
+LINGER_READ_BYTES = 64 * 1024
 
 
 class _HeadWait:
@@ -71,6 +77,28 @@ class _HeadWait:
         if self in self._waits.waiting:
             self._waits.waiting.pop(self, None)
             self.greenlet.throw(self.timeout)
+
+
+def linger(sock: socket.socket) -> None:
+    """Close our side and discard what the client still sends for up to :data:`LINGER_SECONDS`.
+
+    Closing a socket with unread bytes in it makes the kernel reset the connection, and a reset can destroy
+    the answer before the client reads it (a client still sending a refused 16 MiB body would see a reset,
+    not the 413). So, as nginx's lingering close does, the server stops writing, reads and throws away for a
+    short, bounded time, and then closes. Nothing read is kept: no body is buffered.
+    """
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        return
+    deadline = time.monotonic() + LINGER_SECONDS
+    with contextlib.suppress(OSError):
+        while (left := deadline - time.monotonic()) > 0:
+            with gevent.Timeout(left, False):
+                if not sock.recv(LINGER_READ_BYTES):
+                    return  # the client closed too
+                continue
+            return  # the time is up
 
 
 class IdleConnections:
@@ -144,16 +172,21 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 method=req.method,
                 path=req.path,
             )
+            linger(sock)
             raise StopIteration()  # gunicorn's handle() closes the connection: the body is never read
         # must_close (of gunicorn's request message) makes the answer say "Connection: close" and ends the
         # connection after it
         on_close_request(lambda: setattr(req, "must_close", True))
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
+        except StopIteration:
+            if take_close_request():
+                linger(sock)
+            raise
         finally:
             on_close_request(None)
-            close = take_close_request()
-        if close:
+        if take_close_request():
+            linger(sock)
             raise StopIteration()
         return handled
 

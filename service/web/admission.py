@@ -71,8 +71,9 @@ HELD_PER_WORK_ELEMENT = 24
 # the budget between them while they are being read.
 SMALL_BODY_BYTES = 64 * 1024
 UPLOAD_SHARE = 0.75
-# Computations shorter than this teach the wait predictor nothing (their time is the fixed cost of a call).
-_LEARN_FROM_SECONDS = 0.005
+# The wait predictor's model of a computation: a fixed cost per call plus a cost per work element.
+# Computations of fewer elements than this teach it the fixed cost; larger ones the cost per element.
+LARGE_WORK_ELEMENTS = 100_000
 
 
 def overloaded(detail: str, retry_after: float) -> Problem:
@@ -162,8 +163,9 @@ class Admission:
         self.busy_slots = 0
         self._queue: deque[_Waiter] = deque()
         self._running: dict[int, tuple[float, float]] = {}  # id -> (started, estimated seconds)
-        # Seconds per work element, learnt from this process's own computations, to predict waits. It starts
-        # at the documented worst case: 2 s for the most work the default limits admit.
+        # Seconds per call and per work element, learnt from this process's own computations, to predict
+        # waits. They start at 1 ms and the documented worst case: 2 s for the most work the limits admit.
+        self.seconds_per_call = 0.001
         self.seconds_per_element = 2.0 / (1 << 24)
         self._pool: Any = None
 
@@ -198,6 +200,10 @@ class Admission:
         """Requests waiting for a compute slot now."""
         return len(self._queue)
 
+    def estimate_seconds(self, work_elements: int) -> float:
+        """How long this process expects a computation of ``work_elements`` to take."""
+        return self.seconds_per_call + work_elements * self.seconds_per_element
+
     def predicted_wait(self, now: float) -> float:
         """Seconds until a slot frees for a request arriving now: what runs and what queues ahead of it."""
         running = sorted(max(0.0, started + estimate - now) for started, estimate in self._running.values())
@@ -213,7 +219,7 @@ class Admission:
         The memory stays reserved (in ``reservation``) until the answer has been sent; raises the 503 and 504
         problems described in the module's docstring.
         """
-        estimate = max(work_elements, 1) * self.seconds_per_element
+        estimate = self.estimate_seconds(work_elements)
         # What the request already holds (its body) is part of what it needs to compute.
         memory_bytes = max(0, min(memory_bytes, self.limits.memory_budget_bytes) - reservation.held_bytes)
         waiter = self._enter(estimate, memory_bytes)
@@ -295,9 +301,12 @@ class Admission:
         with self._changed:
             self.busy_slots -= 1
             self._running.pop(token, None)
-            if seconds >= _LEARN_FROM_SECONDS and work_elements > 0:
-                # A moving average: the newest computation counts for a third.
-                self.seconds_per_element += (seconds / work_elements - self.seconds_per_element) / 3
+            # Moving averages: the newest computation counts for a fifth.
+            if work_elements < LARGE_WORK_ELEMENTS:
+                self.seconds_per_call += (seconds - self.seconds_per_call) / 5
+            else:
+                per_element = max(0.0, seconds - self.seconds_per_call) / work_elements
+                self.seconds_per_element += (per_element - self.seconds_per_element) / 5
             self._changed.notify_all()
 
     def _leave_when_done(self, result: Any, token: int, started: float, work_elements: int) -> None:
