@@ -15,6 +15,11 @@ a 16 MiB tmpfs (``--metrics-tmpfs``, root only, as the Kubernetes manifest's in-
 
 It fails on any worker death, any 500, any probe slower than its bound, any answer the app wrote (it
 carries the request's ``X-Request-ID``) without its JSON log line, and any attack-specific rule above.
+
+Then the overload scenarios of issue #18 (deploy/overload.py), each against a server of its own: ``heavy``,
+``resend``, ``crowd-lies``, ``crowd-silent``, ``uploads``, ``expect``. ``--only NAME ...`` runs some attacks
+alone (``python -m deploy.attack --only heavy``), ``--skip NAME ...`` leaves some out; ``--short`` is CI's
+form (shorter holds, fewer lying connections, two endpoints for ``heavy``); each count and hold has a flag.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import contextlib
 import json
 import os
 import random
+import resource
 import socket
 import string
 import subprocess
@@ -34,10 +40,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy import slow_clients
-from deploy.launch import MIB, Server, start
+from deploy import overload, slow_clients
+from deploy.launch import MIB, Server, resolve_config, start
 
-GIB = 1024 * MIB
+GIB = overload.GIB
 METRICS_LIMIT_BYTES = 100_000
 TMPFS_BYTES = 16 * MIB
 
@@ -286,81 +292,169 @@ def metrics_on_tmpfs(enabled: bool) -> Iterator[dict[str, str]]:
         directory.rmdir()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.attack", description=__doc__)
-    parser.add_argument("--short", action="store_true", help="the CI version: 10 s flood, 10 s slow clients")
+LEGACY = ("flood", "amplification", "lies", "chunked", "encodings", "slow")
+OVERLOAD = ("heavy", "resend", "crowd-lies", "crowd-silent", "uploads", "expect")
+# The issue's figures (the full form) and CI's short form of the overload scenarios.
+FULL = {"resend_seconds": 100.0, "lies": 1500, "lies_seconds": 70.0, "silent": 2500, "silent_seconds": 70.0}
+FULL |= {"uploads": 40, "uploads_seconds": 30.0}
+SHORT = {"resend_seconds": 15.0, "lies": 300, "lies_seconds": 15.0, "silent": 2500, "silent_seconds": 10.0}
+SHORT |= {"uploads": 40, "uploads_seconds": 10.0}
+
+
+def raise_open_files(needed: int) -> str:
+    """The soft RLIMIT_NOFILE up to the hard one (gunicorn, started from here, inherits it too)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        soft = hard
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        return f"open files limited to {soft} (the crowds need about {needed}): fewer connections are opened"
+    return ""
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.attack",
+        description=(__doc__ or "") + "\n" + (overload.__doc__ or ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--short", action="store_true", help="the CI version: 10 s flood and slow clients, shorter overloads"
+    )
     parser.add_argument("--flood-seconds", type=float, default=60.0)
     parser.add_argument("--slow-seconds", type=float, default=60.0)
     parser.add_argument("--address-space", type=int, default=GIB, help="bytes per process (0: no limit)")
-    parser.add_argument(
-        "--skip",
-        nargs="*",
-        default=[],
-        help="attacks not to run: flood amplification lies chunked encodings slow",
-    )
+    names = " ".join(LEGACY + OVERLOAD)
+    parser.add_argument("--skip", nargs="*", default=[], choices=LEGACY + OVERLOAD, help=f"of: {names}")
+    parser.add_argument("--only", nargs="*", choices=LEGACY + OVERLOAD, help="run only these attacks")
+    for name, value in FULL.items():
+        flag = "--" + name.replace("_", "-")
+        kind = int if isinstance(value, int) else float
+        parser.add_argument(flag, type=kind, help=f"full form {value}, short form {SHORT[name]}")
     parser.add_argument("--metrics-tmpfs", action="store_true", help="metrics on a 16 MiB tmpfs (root)")
     args = parser.parse_args(argv)
     if args.short:
         args.flood_seconds, args.slow_seconds = 10.0, 10.0
-    report = Report()
-    with metrics_on_tmpfs(args.metrics_tmpfs) as env:
-        server = start(
-            env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=args.address_space or None
-        )
-        try:
-            workers = server.worker_pids()
-            print(
-                f"attack: 127.0.0.1:{server.port}, {server.config.describe()}, address space "
-                f"{args.address_space / GIB:.2f} GiB per process, metrics on "
-                f"{'a 16 MiB tmpfs' if env else 'disk'}",
-                flush=True,
-            )
-            attack = Attack(server, report)
-            attacks: list[tuple[str, Callable[[], None]]] = [
-                ("flood", lambda: cardinality_flood(attack, args.flood_seconds)),
-                ("amplification", lambda: amplification(attack)),
-                ("lies", lambda: content_length_lies(attack)),
-                ("chunked", lambda: malformed_chunked(attack)),
-                ("encodings", lambda: unknown_encodings(attack)),
-                ("slow", lambda: slow(attack, args.slow_seconds)),
-            ]
-            for name, run in attacks:
-                if name in args.skip:
-                    report.notes.append(f"{name}: skipped (--skip)")
-                    continue
-                started = time.monotonic()
-                print(f"- {name}", flush=True)
-                run()
-                print(f"  ({time.monotonic() - started:.1f} s)", flush=True)
-            time.sleep(1.0)  # the last log lines are flushed
-            if server.worker_pids() != workers or server.stderr_contains("Booting worker"):
-                replaced = [line for line in server.stderr if "Booting worker" in line or "SIG" in line]
-                if set(workers) != server.worker_pids():
-                    report.fail(
-                        f"workers died: {sorted(workers)} -> {sorted(server.worker_pids())}: {replaced[-5:]}"
-                    )
-            logged = {
-                line.get("request_id")
-                for line in (json.loads(text) for text in list(server.stdout) if text.startswith("{"))
-            }
-            missing = sorted(report.app_answered - logged)
-            if missing:
-                report.fail(f"{len(missing)} answers without their log line, e.g. {missing[:5]}")
-        finally:
-            exit_code = server.terminate()
+    for name, value in (SHORT if args.short else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    chosen = set(args.only) if args.only is not None else set(LEGACY + OVERLOAD)
+    args.chosen = [name for name in LEGACY + OVERLOAD if name in chosen and name not in args.skip]
+    return args
+
+
+def legacy_attacks(args: argparse.Namespace, env: dict[str, str], report: Report) -> None:
+    """The attacks of the earlier rounds, one after the other against one server."""
+    server = start(env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=args.address_space or None)
+    try:
+        workers = server.worker_pids()
+        attack = Attack(server, report)
+        attacks: dict[str, Callable[[], None]] = {
+            "flood": lambda: cardinality_flood(attack, args.flood_seconds),
+            "amplification": lambda: amplification(attack),
+            "lies": lambda: content_length_lies(attack),
+            "chunked": lambda: malformed_chunked(attack),
+            "encodings": lambda: unknown_encodings(attack),
+            "slow": lambda: slow(attack, args.slow_seconds),
+        }
+        for name, run in attacks.items():
+            if name not in args.chosen:
+                continue
+            started = time.monotonic()
+            print(f"- {name}", flush=True)
+            run()
+            print(f"  ({time.monotonic() - started:.1f} s)", flush=True)
+        time.sleep(1.0)  # the last log lines are flushed
+        if server.worker_pids() != workers or server.stderr_contains("Booting worker"):
+            replaced = [line for line in server.stderr if "Booting worker" in line or "SIG" in line]
+            if set(workers) != server.worker_pids():
+                report.fail(
+                    f"workers died: {sorted(workers)} -> {sorted(server.worker_pids())}: {replaced[-5:]}"
+                )
+        logged = {
+            line.get("request_id")
+            for line in (json.loads(text) for text in list(server.stdout) if text.startswith("{"))
+        }
+        missing = sorted(report.app_answered - logged)
+        if missing:
+            report.fail(f"{len(missing)} answers without their log line, e.g. {missing[:5]}")
+    finally:
+        exit_code = server.terminate()
+        if exit_code != 0:
+            report.fail(f"gunicorn exited {exit_code} on SIGTERM")
+            print(server.log(20))
+
+
+def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) -> list[overload.Verdict]:
+    """One scenario of issue #18 against a server of its own (started the default way)."""
+    server = start(env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=args.address_space or None)
+    print(f"- {name} (127.0.0.1:{server.port}, load average {os.getloadavg()[0]:.1f})", flush=True)
+    try:
+        if name == "heavy":
+            verdicts = overload.heavy(server, overload.worst_cases(args.short))
+        elif name == "resend":
+            _, path, body = overload.worst_cases(short=True)[0]
+            verdicts = [overload.resend(server, path, body, args.resend_seconds)]
+        elif name == "crowd-lies":
+            verdicts = [overload.crowd(server, count=args.lies, lie=True, seconds=args.lies_seconds)]
+        elif name == "crowd-silent":
+            verdicts = [overload.crowd(server, count=args.silent, lie=False, seconds=args.silent_seconds)]
+        elif name == "uploads":
+            verdicts = [overload.held_uploads(server, count=args.uploads, seconds=args.uploads_seconds)]
+        else:
+            verdicts = [overload.expect_continue(server)]
+    finally:
+        exit_code = server.terminate()
     if exit_code != 0:
-        report.fail(f"gunicorn exited {exit_code} on SIGTERM")
-    print("\nstatuses by attack:")
+        verdicts[-1].fail(f"gunicorn exited {exit_code} on SIGTERM")
+    if any(verdict.failures for verdict in verdicts):
+        print(server.log(12), flush=True)
+    for verdict in verdicts:
+        state = "FAIL" if verdict.failures else "pass"
+        print(f"  {state} {verdict.name} ({verdict.seconds:.0f} s): {verdict.summary}", flush=True)
+    return verdicts
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    began = time.monotonic()
+    report = Report()
+    limited = raise_open_files(max(args.lies, args.silent) + 500)
+    if limited:
+        report.notes.append(limited)
+    verdicts: list[overload.Verdict] = []
+    print(
+        f"attack: {' '.join(args.chosen)}; {resolve_config(os.environ).describe()}, address space "
+        f"{args.address_space / GIB:.2f} GiB per process, metrics on "
+        f"{'a 16 MiB tmpfs' if args.metrics_tmpfs else 'disk'}, load average "
+        f"{' '.join(f'{load:.1f}' for load in os.getloadavg())}",
+        flush=True,
+    )
+    with metrics_on_tmpfs(args.metrics_tmpfs) as env:
+        if any(name in LEGACY for name in args.chosen):
+            legacy_attacks(args, env, report)
+        for name in args.chosen:
+            if name in OVERLOAD:
+                verdicts += overload_scenario(name, args, env)
+    if report.statuses:
+        print("\nstatuses by attack:")
     for (kind, status), count in sorted(report.statuses.items()):
         print(f"  {kind:28} {status}  x{count}")
     for note in report.notes:
         print(f"  {note}")
-    print(f"{report.sent} requests sent, {len(report.app_answered)} answered by the app")
+    if report.sent:
+        print(f"{report.sent} requests sent, {len(report.app_answered)} answered by the app")
+    if verdicts:
+        print("\noverload scenarios (issue #18):")
+    for verdict in verdicts:
+        state = "FAIL" if verdict.failures else "pass"
+        print(f"  {state} {verdict.name} ({verdict.seconds:.0f} s): {verdict.summary}")
+        report.failures += [f"{verdict.name}: {failure}" for failure in verdict.failures]
+    print(f"{time.monotonic() - began:.0f} s in all")
     if report.failures:
         print(f"ATTACK FAILED ({len(report.failures)} failures)")
-        for failure in report.failures[:30]:
+        for failure in report.failures[:40]:
             print(f"  - {failure}")
-        print(server.log(20))
         return 1
     print("ATTACK OK")
     return 0

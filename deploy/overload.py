@@ -1,0 +1,670 @@
+"""The overload scenarios of issue #18 for ``make attack``: each finding reproduced, with its pass condition.
+
+Every scenario runs against its own server, started the default way (deploy/launch.py: gunicorn.conf.py
+under the attack's address-space limit), on 127.0.0.1, and every loop in it is bounded in count and time:
+
+- **heavy**: per endpoint, two concurrent worst-case requests (bench/worst_cases.py once it exists, else
+  the issue's multi-head body and an 8192 × 8192 attention) while 6 bystanders send the worked example on
+  kept-alive connections and ``/livez`` is probed. Pass: every bystander answer a 200 (or a 503 with
+  ``Retry-After``) within 5 s, every ``/livez`` within 1 s, no 500, no reset, no worker killed.
+- **resend**: two clients re-sending the multi-head body for a while (each sends it again as soon as it has
+  an answer) while ``/livez`` and the worked example are probed on fresh connections; the same bounds.
+- **crowd-lies**: POST heads whose Content-Length is larger than what is sent, held open. Pass: ≥ 90 % of
+  the ``/livez`` probes answered within 3 s, and ≥ 90 % of the lying connections closed by the server.
+- **crowd-silent**: connections that send nothing, held open; the same probe condition.
+- **uploads**: 40 uploads of 16 MiB − 1 byte, all but their last byte sent, then held. Pass: the process
+  tree's resident memory (master + workers) ≤ 1 GiB while they are held, and the worked example answered.
+- **expect**: ``Expect: 100-continue`` with ``Content-Length: 999999999``. Pass: a 413 without a
+  ``100 Continue`` before it, and the connection closed after it (not drained). A small body with the same
+  header must still be answered.
+
+Each scenario returns a :class:`Verdict`: one summary line of what it measured, and its failures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import importlib
+import json
+import math
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from deploy import slow_clients
+from deploy.launch import MIB, Server, memory_of
+
+GIB = 1024 * MIB
+LIVEZ_BOUND_SECONDS = 1.0
+BYSTANDER_BOUND_SECONDS = 5.0
+CROWD_PROBE_BOUND_SECONDS = 3.0
+CROWD_SHARE = 0.9  # of the probes answered in time, and of the lying connections closed by the server
+TREE_RSS_LIMIT_BYTES = GIB
+UPLOAD_BYTES = 16 * MIB - 1
+BYSTANDERS = 6
+# How long a client waits for one answer before giving up: far past every bound, so a slow answer is
+# measured (today's main kept a bystander 29 s), yet every scenario ends.
+PATIENCE_SECONDS = 60.0
+SHORT_ENDPOINTS = ("/v1/multi-head-attention", "/v1/attention")
+HEADERS = {"Content-Type": "application/json"}
+
+
+@dataclass
+class Verdict:
+    """What one scenario measured (``summary``, one line) and which pass conditions it missed."""
+
+    name: str
+    summary: str = ""
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def fail(self, message: str) -> None:
+        print(f"  FAIL {self.name}: {message}", flush=True)
+        self.failures.append(message)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One request's outcome: its status (None when there was no answer, ``error`` says why) and time."""
+
+    started: float  # time.monotonic() when it was sent
+    seconds: float
+    status: int | None = None
+    retry_after: str | None = None
+    body: bytes = b""
+    error: str | None = None
+
+    def shed_or_ok(self) -> bool:
+        """A 200, or a 503 that tells the client when to come back."""
+        return self.status == 200 or (self.status == 503 and self.retry_after is not None)
+
+
+def request(
+    connection: http.client.HTTPConnection,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> Reply:
+    """One request on ``connection`` (opened on demand, reused when kept alive), read to its end."""
+    started = time.monotonic()
+    try:
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        data = response.read()
+    except (OSError, http.client.HTTPException) as error:
+        connection.close()
+        return Reply(started, time.monotonic() - started, error=describe_error(error))
+    if response.will_close:
+        connection.close()
+    return Reply(
+        started,
+        time.monotonic() - started,
+        status=response.status,
+        retry_after=response.getheader("Retry-After"),
+        body=data,
+    )
+
+
+def describe_error(error: BaseException) -> str:
+    """``reset``, ``closed`` (no answer), ``timeout`` or ``refused``, with the exception's own words."""
+    if isinstance(error, http.client.RemoteDisconnected):
+        kind = "closed"
+    elif isinstance(error, ConnectionResetError | BrokenPipeError):
+        kind = "reset"
+    elif isinstance(error, TimeoutError):
+        kind = "timeout"
+    elif isinstance(error, ConnectionRefusedError):
+        kind = "refused"
+    else:
+        kind = type(error).__name__
+    return f"{kind}: {error}"
+
+
+def fresh(port: int, method: str, path: str, body: bytes | None = None, *, timeout: float) -> Reply:
+    """One request on a connection of its own, closed afterwards."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        return request(connection, method, path, body, {**HEADERS, "Connection": "close"} if body else {})
+    finally:
+        connection.close()
+
+
+def seed_answered(reply: Reply) -> bool:
+    """The worked example's right answer (its two weights to 1e-12)."""
+    if reply.status != 200:
+        return False
+    try:
+        weights = json.loads(reply.body)["weights"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return len(weights) == 2 and all(
+        abs(a - b) <= 1e-12 * abs(b) for a, b in zip(weights, slow_clients.SEED_WEIGHTS, strict=True)
+    )
+
+
+class Prober:
+    """Starts one probe every ``interval`` seconds, each on its own thread and connection, until stopped.
+
+    A slow probe does not delay the next one, so the probes sample the whole run evenly; at most
+    ``limit`` probes are started, and each gives up after ``timeout`` seconds.
+    """
+
+    def __init__(
+        self, port: int, method: str, path: str, body: bytes | None, *, interval: float, timeout: float
+    ) -> None:
+        self.port, self.method, self.path, self.body = port, method, path, body
+        self.interval, self.timeout = interval, timeout
+        self.replies: list[Reply] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._probes: list[threading.Thread] = []
+        self._ticker = threading.Thread(target=self._tick, daemon=True)
+
+    def __enter__(self) -> Prober:
+        self._ticker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
+        self._ticker.join()
+        for probe in self._probes:
+            probe.join(timeout=self.timeout * 2 + 5)
+
+    def _tick(self) -> None:
+        limit = 10_000
+        while not self._stopping.is_set() and len(self._probes) < limit:
+            probe = threading.Thread(target=self._probe, daemon=True)
+            self._probes.append(probe)
+            probe.start()
+            self._stopping.wait(self.interval)
+
+    def _probe(self) -> None:
+        reply = fresh(self.port, self.method, self.path, self.body, timeout=self.timeout)
+        with self._lock:
+            self.replies.append(reply)
+
+    def within(self, bound: float, ok: Callable[[Reply], bool]) -> list[Reply]:
+        return [reply for reply in self.replies if ok(reply) and reply.seconds <= bound]
+
+
+def livez_ok(reply: Reply) -> bool:
+    return reply.status == 200
+
+
+def outcome(reply: Reply) -> str:
+    """The status, or the kind of error (``reset``, ``closed``, ``timeout``, …)."""
+    return str(reply.status) if reply.status is not None else (reply.error or "?").split(":")[0]
+
+
+def tally(replies: Iterable[Reply]) -> str:
+    """``200 ×12, 503 ×2, timeout ×3``: statuses and error kinds, counted."""
+    counts = Counter(outcome(reply) for reply in replies)
+    return ", ".join(f"{key} ×{count}" for key, count in sorted(counts.items())) or "none"
+
+
+def worst(replies: Iterable[Reply]) -> float:
+    return max((reply.seconds for reply in replies), default=math.nan)
+
+
+class Workers:
+    """The server's workers and its log when a scenario starts, to tell afterwards whether any was killed."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.pids = server.worker_pids()
+        self.mark = len(server.stderr)
+
+    def killed(self) -> list[str]:
+        """Why workers are gone since: gunicorn's own lines, and the pids that are missing."""
+        lines = [
+            line
+            for line in self.server.stderr[self.mark :]
+            if "WORKER TIMEOUT" in line or "SIGKILL" in line or "out of memory" in line
+        ]
+        gone = self.pids - self.server.worker_pids()
+        return [*(line.strip()[-120:] for line in lines), *(f"worker {pid} is gone" for pid in sorted(gone))]
+
+    def judge(self, verdict: Verdict) -> str:
+        killed = self.killed()
+        if killed:
+            verdict.fail(f"workers killed: {killed[:4]}")
+        timeouts = sum("WORKER TIMEOUT" in line for line in self.server.stderr[self.mark :])
+        gone = len(self.pids - self.server.worker_pids())
+        return f"workers killed {gone} ({timeouts} WORKER TIMEOUT)"
+
+
+# --- the heavy bodies --------------------------------------------------------------------------------------
+
+
+def _column(rng: random.Random, n: int) -> list[list[float]]:
+    return [[round(rng.uniform(-1, 1), 2)] for _ in range(n)]
+
+
+def issue_multi_head(n: int = 8192, heads: int = 60) -> dict[str, Any]:
+    """The issue's body: d_model = d_k = d_v = 1, 60 heads, n = 8192, random weights (about 60 KB)."""
+    rng = random.Random(18)
+
+    def row(width: int) -> list[list[float]]:
+        return [[round(rng.uniform(-1, 1), 3) for _ in range(width)]]
+
+    return {
+        "query": _column(rng, n),
+        "w_q": row(heads),
+        "w_k": row(heads),
+        "w_v": row(heads),
+        "w_o": [[round(rng.uniform(-1, 1), 3)] for _ in range(heads)],
+        "num_heads": heads,
+    }
+
+
+def issue_attention(n: int = 8192) -> dict[str, Any]:
+    """n × n scores of width 1, output only: the default output-only work limit exactly (about 180 KB)."""
+    rng = random.Random(19)
+    return {"query": _column(rng, n), "key": _column(rng, n), "value": _column(rng, n), "include": []}
+
+
+def worst_cases(short: bool) -> list[tuple[str, str, bytes]]:
+    """(endpoint, path, body) of the most expensive accepted request per endpoint.
+
+    From ``bench.worst_cases.worst_case_requests()`` when that module exists, else the issue's two bodies.
+    The short form keeps multi-head attention and attention.
+    """
+    try:
+        module = importlib.import_module("bench.worst_cases")
+    except ModuleNotFoundError as error:
+        if error.name != "bench.worst_cases":
+            raise
+        found: dict[str, tuple[str, dict[str, Any]]] = {
+            "multi-head-attention": ("/v1/multi-head-attention", issue_multi_head()),
+            "attention": ("/v1/attention", issue_attention()),
+        }
+    else:
+        found = module.worst_case_requests()
+    cases = [
+        (name, path, json.dumps(body, separators=(",", ":")).encode()) for name, (path, body) in found.items()
+    ]
+    if short:
+        cases = [case for case in cases if case[1] in SHORT_ENDPOINTS]
+    # multi-head first: it is the finding
+    return sorted(cases, key=lambda case: case[1] != SHORT_ENDPOINTS[0])
+
+
+# --- heavy -------------------------------------------------------------------------------------------------
+
+
+def heavy(server: Server, cases: list[tuple[str, str, bytes]]) -> list[Verdict]:
+    """One round per endpoint: two of its worst requests at once, 6 kept-alive bystanders, ``/livez``."""
+    verdicts = []
+    for name, path, body in cases:
+        server.wait_for(server.ready, "the server to be ready again")
+        verdict = Verdict(f"heavy {name}")
+        started = time.monotonic()
+        heavy_round(server, verdict, path, body)
+        verdict.seconds = time.monotonic() - started
+        verdicts.append(verdict)
+    return verdicts
+
+
+def heavy_round(server: Server, verdict: Verdict, path: str, body: bytes) -> None:
+    workers = Workers(server)
+    seed = slow_clients.SEED_BODY
+    bystanders = [
+        http.client.HTTPConnection("127.0.0.1", server.port, timeout=PATIENCE_SECONDS)
+        for _ in range(BYSTANDERS)
+    ]
+    for connection in bystanders:  # each connection is accepted by a worker, and stays with it
+        warm = request(connection, "POST", "/v1/attention", seed, HEADERS)
+        if warm.status != 200:
+            verdict.fail(f"a bystander's first request: {warm.status or warm.error}")
+    heavy_replies: list[Reply] = []
+    seen: list[Reply] = []
+    stopping = threading.Event()
+
+    def send_heavy() -> None:
+        heavy_replies.append(fresh(server.port, "POST", path, body, timeout=PATIENCE_SECONDS + 30))
+
+    def stand_by(connection: http.client.HTTPConnection) -> None:
+        deadline = time.monotonic() + 2 * PATIENCE_SECONDS
+        while not stopping.is_set() and time.monotonic() < deadline:
+            seen.append(request(connection, "POST", "/v1/attention", seed, HEADERS))
+            stopping.wait(0.25)
+
+    with Prober(server.port, "GET", "/livez", None, interval=0.5, timeout=10.0) as livez:
+        senders = [threading.Thread(target=send_heavy, daemon=True) for _ in range(2)]
+        standing = [threading.Thread(target=stand_by, args=(c,), daemon=True) for c in bystanders]
+        for thread in senders + standing:
+            thread.start()
+        for thread in senders:
+            thread.join(timeout=PATIENCE_SECONDS + 40)
+        time.sleep(2.0)  # the bystanders and probes see the server after the heavy requests too
+        stopping.set()
+        for thread in standing:
+            thread.join(timeout=PATIENCE_SECONDS + 5)
+    for connection in bystanders:
+        connection.close()
+
+    for reply in heavy_replies:
+        # answered, refused (413), shed (503 + Retry-After) or past its deadline (504): anything but a
+        # 500 or a connection lost
+        if reply.status is None or (reply.status >= 500 and not reply.shed_or_ok() and reply.status != 504):
+            verdict.fail(f"a heavy request: {outcome(reply)} after {reply.seconds:.1f} s")
+    late = [r for r in seen if not (r.shed_or_ok() and r.seconds <= BYSTANDER_BOUND_SECONDS)]
+    wrong = [r for r in seen if r.status == 200 and not seed_answered(r)]
+    if late or wrong:
+        verdict.fail(
+            f"{len(late)} of {len(seen)} bystander answers not a 200/503+Retry-After within "
+            f"{BYSTANDER_BOUND_SECONDS:.0f} s ({tally(late)}; worst {worst(seen):.1f} s), {len(wrong)} wrong"
+        )
+    slow_livez = [r for r in livez.replies if not (livez_ok(r) and r.seconds <= LIVEZ_BOUND_SECONDS)]
+    if slow_livez:
+        verdict.fail(f"{len(slow_livez)} of {len(livez.replies)} /livez probes over 1 s or failed")
+    killed = workers.judge(verdict)
+    heavy_text = ", ".join(f"{outcome(r)} in {r.seconds:.1f} s" for r in heavy_replies)
+    verdict.summary = (
+        f"2 × {path} ({len(body) / 1000:.0f} KB): {heavy_text}; {BYSTANDERS} kept-alive bystanders: "
+        f"{len(seen)} answers ({tally(seen)}), {len(seen) - len(late)} in time, worst {worst(seen):.1f} s; "
+        f"/livez {len(livez.replies) - len(slow_livez)} of {len(livez.replies)} within 1 s "
+        f"(worst {worst(livez.replies):.1f} s); {killed}"
+    )
+
+
+def resend(server: Server, path: str, body: bytes, seconds: float) -> Verdict:
+    """Two clients re-sending a heavy body for ``seconds``; ``/livez`` and the worked example are probed."""
+    verdict = Verdict("resend")
+    workers = Workers(server)
+    sends: list[Reply] = []
+    deadline = time.monotonic() + seconds
+
+    def resend_loop() -> None:
+        for _ in range(10_000):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            sends.append(fresh(server.port, "POST", path, body, timeout=max(remaining, 0.5)))
+
+    seed = slow_clients.SEED_BODY
+    started = time.monotonic()
+    with (
+        Prober(server.port, "GET", "/livez", None, interval=1.0, timeout=10.0) as livez,
+        Prober(server.port, "POST", "/v1/attention", seed, interval=1.0, timeout=10.0) as seeds,
+    ):
+        clients = [threading.Thread(target=resend_loop, daemon=True) for _ in range(2)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(timeout=seconds + 5)
+    verdict.seconds = time.monotonic() - started
+    cut = [r for r in sends if r.error and r.error.startswith("timeout")]  # our own deadline, not the server
+    bad = [r for r in sends if r not in cut and (r.status is None or r.status in (500, 502))]
+    if bad:
+        verdict.fail(f"re-sent requests: {tally(bad)}")
+    livez_in_time = livez.within(LIVEZ_BOUND_SECONDS, livez_ok)
+    if len(livez_in_time) < len(livez.replies):
+        verdict.fail(f"/livez: {len(livez_in_time)} of {len(livez.replies)} within 1 s")
+    seed_in_time = seeds.within(BYSTANDER_BOUND_SECONDS, lambda r: seed_answered(r) or r.shed_or_ok())
+    if len(seed_in_time) < len(seeds.replies):
+        verdict.fail(f"worked example: {len(seed_in_time)} of {len(seeds.replies)} within 5 s")
+    killed = workers.judge(verdict)
+    verdict.summary = (
+        f"2 clients re-sending {path} ({len(body) / 1000:.0f} KB) for {seconds:.0f} s: {len(sends)} sends "
+        f"({tally(sends)}); /livez {len(livez_in_time)} of {len(livez.replies)} within 1 s; worked example "
+        f"{len(seed_in_time)} of {len(seeds.replies)} within 5 s ({tally(seeds.replies)}); {killed}"
+    )
+    return verdict
+
+
+# --- crowds of connections ---------------------------------------------------------------------------------
+
+LYING_HEAD = (
+    b"POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+    b"Content-Length: 1000\r\n\r\n"
+    b'{"logits": [1.0, 2.0'
+)
+
+
+def open_crowd(port: int, count: int, first_bytes: bytes, seconds: float) -> tuple[list[socket.socket], int]:
+    """Up to ``count`` connections, each sent ``first_bytes`` (if any), opened within ``seconds``.
+
+    Returns the sockets and how many could not be opened (the server's backlog was full, or time ran out).
+    """
+    sockets: list[socket.socket] = []
+    failed = 0
+    deadline = time.monotonic() + seconds
+    for _ in range(count):
+        if time.monotonic() > deadline:
+            failed += count - len(sockets) - failed
+            break
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=3)
+            if first_bytes:
+                sock.sendall(first_bytes)
+        except OSError:
+            failed += 1
+            continue
+        sockets.append(sock)
+    return sockets, failed
+
+
+def closed_by_server(sock: socket.socket) -> tuple[bool, bytes]:
+    """Whether the server has closed ``sock`` (end of stream or reset), and whatever it sent first."""
+    sock.setblocking(False)
+    received = b""
+    for _ in range(1000):  # the server sends at most a short answer before it closes
+        try:
+            chunk = sock.recv(65536)
+        except BlockingIOError:
+            return False, received
+        except OSError:  # reset
+            return True, received
+        if not chunk:
+            return True, received
+        received += chunk
+    return False, received
+
+
+def crowd(server: Server, *, count: int, lie: bool, seconds: float) -> Verdict:
+    """``count`` connections (lying POST heads, or silent) held ``seconds`` while ``/livez`` is probed."""
+    verdict = Verdict("crowd-lies" if lie else "crowd-silent")
+    workers = Workers(server)
+    started = time.monotonic()
+    with Prober(
+        server.port, "GET", "/livez", None, interval=1.0, timeout=CROWD_PROBE_BOUND_SECONDS + 2
+    ) as livez:
+        sockets, failed = open_crowd(server.port, count, LYING_HEAD if lie else b"", seconds=30.0)
+        opened = time.monotonic() - started
+        time.sleep(seconds)
+        states = [closed_by_server(sock) for sock in sockets]
+    for sock in sockets:
+        sock.close()
+    verdict.seconds = time.monotonic() - started
+    closed = sum(state for state, _ in states)
+    answers = Counter(data.split(b" ", 2)[1].decode("latin-1") for _, data in states if data[:5] == b"HTTP/")
+    if any(status.startswith("5") and status != "503" for status in answers):
+        verdict.fail(f"answers on the crowd's connections: {dict(answers)}")
+    in_time = livez.within(CROWD_PROBE_BOUND_SECONDS, livez_ok)
+    share = len(in_time) / max(len(livez.replies), 1)
+    if share < CROWD_SHARE:
+        verdict.fail(f"/livez: {len(in_time)} of {len(livez.replies)} within 3 s ({share:.0%})")
+    closed_share = closed / max(len(sockets), 1)
+    if lie and closed_share < CROWD_SHARE:
+        verdict.fail(f"the server closed {closed} of {len(sockets)} lying connections ({closed_share:.0%})")
+    killed = workers.judge(verdict)
+    what = "lying POST heads (Content-Length 1000, 20 bytes sent)" if lie else "silent connections"
+    verdict.summary = (
+        f"{len(sockets)} {what} opened in {opened:.1f} s ({failed} not), held {seconds:.0f} s: "
+        f"/livez {len(in_time)} of {len(livez.replies)} within 3 s ({share:.0%}, worst "
+        f"{worst(livez.replies):.1f} s; {tally(livez.replies)}); the server closed {closed} "
+        f"({closed_share:.0%}), answers on them {dict(answers) or 'none'}; {killed}"
+    )
+    return verdict
+
+
+# --- held uploads ------------------------------------------------------------------------------------------
+
+
+def tree_rss(server: Server) -> int:
+    """Resident memory of the master and its workers, bytes."""
+    master = memory_of(server.pid)
+    return (master.rss if master else 0) + sum(reading.rss for reading in server.memory().values())
+
+
+def held_uploads(server: Server, *, count: int, seconds: float) -> Verdict:
+    """``count`` uploads of 16 MiB − 1 byte, all but the last byte sent, held ``seconds``."""
+    verdict = Verdict("uploads")
+    workers = Workers(server)
+    head = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+        b"Content-Length: " + str(UPLOAD_BYTES).encode() + b"\r\n\r\n"
+    )
+    filler = b'{"logits": [' + b"0.125," * (UPLOAD_BYTES // 6 + 1)
+    payload = memoryview(filler)[: UPLOAD_BYTES - 1]  # the last byte never comes
+    peak = {"tree": 0}
+    stopping = threading.Event()
+    sent_in_full: list[bool] = []
+    early: list[str] = []
+    sockets: list[socket.socket] = []
+    lock = threading.Lock()
+
+    def sample() -> None:
+        while not stopping.is_set():
+            peak["tree"] = max(peak["tree"], tree_rss(server))
+            stopping.wait(0.2)
+
+    def upload() -> None:
+        try:
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        except OSError as error:
+            early.append(describe_error(error).split(":")[0])
+            return
+        with lock:
+            sockets.append(sock)
+        try:
+            sock.sendall(head)
+            sock.sendall(payload)
+        except OSError as error:  # the server refused it (and closed), or stopped reading for 30 s
+            early.append(describe_error(error).split(":")[0])
+            sent_in_full.append(False)
+            return
+        sent_in_full.append(True)
+
+    baseline = tree_rss(server)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    started = time.monotonic()
+    uploaders = [threading.Thread(target=upload, daemon=True) for _ in range(count)]
+    for thread in uploaders:
+        thread.start()
+    for thread in uploaders:
+        thread.join(timeout=60)
+    sending = time.monotonic() - started
+    with Prober(
+        server.port, "POST", "/v1/attention", slow_clients.SEED_BODY, interval=1.0, timeout=10.0
+    ) as seeds:
+        time.sleep(seconds)
+    stopping.set()
+    sampler.join()
+    with lock:
+        states = [closed_by_server(sock) for sock in sockets]
+        for sock in sockets:
+            sock.close()
+    verdict.seconds = time.monotonic() - started
+    answers = Counter(data.split(b" ", 2)[1].decode("latin-1") for _, data in states if data[:5] == b"HTTP/")
+    if any(status.startswith("5") and status != "503" for status in answers):
+        verdict.fail(f"answers to the uploads: {dict(answers)}")
+    if peak["tree"] > TREE_RSS_LIMIT_BYTES:
+        verdict.fail(f"the process tree's RSS reached {peak['tree'] / MIB:.0f} MiB (limit 1024 MiB)")
+    answered = seeds.within(BYSTANDER_BOUND_SECONDS, seed_answered)
+    if not seeds.replies or len(answered) < len(seeds.replies):
+        verdict.fail(f"the worked example: {len(answered)} of {len(seeds.replies)} answered within 5 s")
+    killed = workers.judge(verdict)
+    verdict.summary = (
+        f"{count} uploads of 16 MiB − 1 byte: {sum(sent_in_full)} sent but the last byte in {sending:.1f} s "
+        f"({len(early)} cut short: {dict(Counter(early)) or 'none'}), held {seconds:.0f} s: process tree RSS "
+        f"at most {peak['tree'] / MIB:.0f} MiB (from {baseline / MIB:.0f} MiB before); worked example "
+        f"{len(answered)} of {len(seeds.replies)} "
+        f"answered ({tally(seeds.replies)}, worst {worst(seeds.replies):.2f} s); answers on the uploads "
+        f"{dict(answers) or 'none'}; {killed}"
+    )
+    return verdict
+
+
+# --- Expect: 100-continue ----------------------------------------------------------------------------------
+
+
+def read_for(sock: socket.socket, seconds: float, *, until_closed: bool = True) -> tuple[bytes, bool]:
+    """Whatever arrives within ``seconds``, and whether the server closed the connection meanwhile."""
+    deadline = time.monotonic() + seconds
+    received = b""
+    while (remaining := deadline - time.monotonic()) > 0:
+        sock.settimeout(remaining)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            return received, False
+        except OSError:
+            return received, True
+        if not chunk:
+            return received, True
+        received += chunk
+        if not until_closed and b"\r\n\r\n" in received:
+            return received, False
+    return received, False
+
+
+def status_lines(data: bytes) -> list[str]:
+    """The status lines in the order the server sent them (``HTTP/1.1 100 Continue``, …)."""
+    return [line.decode("latin-1") for line in data.split(b"\r\n") if line.startswith(b"HTTP/1.")]
+
+
+def expect_continue(server: Server) -> Verdict:
+    verdict = Verdict("expect")
+    started = time.monotonic()
+    head = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nContent-Length: 999999999\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(head)
+        received, closed = read_for(sock, 5.0)
+        statuses = status_lines(received)
+        next_answered = "-"
+        if not closed:  # the issue's symptom: the connection drains the claimed body
+            with contextlib.suppress(OSError):
+                sock.sendall(b"GET /livez HTTP/1.1\r\nHost: attack\r\n\r\n")
+            after, _ = read_for(sock, 3.0, until_closed=False)
+            next_answered = "answered" if status_lines(after) else "not answered in 3 s"
+    if not statuses or statuses[0].split(" ")[1:2] != ["413"]:
+        verdict.fail(f"the first status line is {statuses[:1] or 'missing'}, not a 413")
+    if any(line.split(" ")[1:2] == ["100"] for line in statuses):
+        verdict.fail("the server sent 100 Continue for a body it refuses")
+    if not closed:
+        verdict.fail(f"the connection stayed open after the 413 (the next request: {next_answered})")
+    # the same header on a small body must still work: 100 Continue (or not), then the answer
+    seed = slow_clients.SEED_BODY
+    small_head = (
+        b"POST /v1/attention HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+        b"Expect: 100-continue\r\nConnection: close\r\n"
+        b"Content-Length: " + str(len(seed)).encode() + b"\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(small_head)
+        interim, _ = read_for(sock, 1.0, until_closed=False)  # a client waits about 1 s, then sends
+        sock.sendall(seed)
+        rest, _ = read_for(sock, 5.0)
+    small = status_lines(interim + rest)
+    if not small or small[-1].split(" ")[1:2] != ["200"]:
+        verdict.fail(f"a small body with Expect: 100-continue got {small}")
+    verdict.seconds = time.monotonic() - started
+    verdict.summary = (
+        f"Expect: 100-continue + Content-Length 999999999: {statuses or ['no answer']}, connection "
+        f"{'closed' if closed else 'kept open'}, the next request on it {next_answered}; a small body with "
+        f"the header: {small}"
+    )
+    return verdict

@@ -1,0 +1,129 @@
+"""The overload scenarios' own judgement (deploy/overload.py): what counts as closed, answered, shed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from deploy import overload
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    """A connected pair of TCP sockets on loopback: (the attacker's end, the server's end)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    with client, server:
+        yield client, server
+
+
+def test_an_open_connection_is_not_closed_by_the_server(pair: tuple[socket.socket, socket.socket]) -> None:
+    client, _ = pair
+    assert overload.closed_by_server(client) == (False, b"")
+
+
+def test_an_answer_then_the_end_of_stream_is_closed_with_its_answer(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    client, server = pair
+    server.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n")
+    server.shutdown(socket.SHUT_WR)
+    closed, received = overload.closed_by_server(client)
+    assert closed
+    assert received == b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n"
+
+
+def test_an_answer_on_a_connection_left_open_is_not_closed(pair: tuple[socket.socket, socket.socket]) -> None:
+    client, server = pair
+    server.sendall(b"HTTP/1.1 413 Payload Too Large\r\n\r\n")
+    closed, received = overload.closed_by_server(client)
+    assert not closed
+    assert received == b"HTTP/1.1 413 Payload Too Large\r\n\r\n"
+
+
+def test_read_for_sees_an_interim_answer_and_the_close(pair: tuple[socket.socket, socket.socket]) -> None:
+    client, server = pair
+    server.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+    server.sendall(b"HTTP/1.1 413 Payload Too Large\r\nContent-Length: 0\r\n\r\n")
+    server.close()
+    received, closed = overload.read_for(client, 2.0)
+    assert closed
+    assert overload.status_lines(received) == ["HTTP/1.1 100 Continue", "HTTP/1.1 413 Payload Too Large"]
+
+
+def test_read_for_stops_at_its_deadline_on_a_silent_connection(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    client, _ = pair
+    assert overload.read_for(client, 0.2) == (b"", False)
+
+
+def test_a_503_is_shed_only_with_retry_after() -> None:
+    assert overload.Reply(0.0, 0.1, status=503, retry_after="1").shed_or_ok()
+    assert not overload.Reply(0.0, 0.1, status=503).shed_or_ok()
+    assert overload.Reply(0.0, 0.1, status=200).shed_or_ok()
+    assert not overload.Reply(0.0, 0.1, status=500, retry_after="1").shed_or_ok()
+    assert not overload.Reply(0.0, 0.1, error="reset: [Errno 104]").shed_or_ok()
+
+
+def test_the_worked_example_is_judged_by_its_weights() -> None:
+    right = json.dumps({"weights": list(overload.slow_clients.SEED_WEIGHTS), "output": [2.0, 2.0]}).encode()
+    wrong = json.dumps({"weights": [0.5, 0.5]}).encode()
+    assert overload.seed_answered(overload.Reply(0.0, 0.1, status=200, body=right))
+    assert not overload.seed_answered(overload.Reply(0.0, 0.1, status=200, body=wrong))
+    assert not overload.seed_answered(overload.Reply(0.0, 0.1, status=200, body=b"<html>"))
+    assert not overload.seed_answered(overload.Reply(0.0, 0.1, status=503, body=right))
+
+
+def test_tally_counts_statuses_and_error_kinds() -> None:
+    replies = [
+        overload.Reply(0.0, 0.1, status=200),
+        overload.Reply(0.0, 0.1, status=200),
+        overload.Reply(0.0, 9.0, error="timeout: timed out"),
+        overload.Reply(0.0, 0.1, status=503, retry_after="1"),
+    ]
+    assert overload.tally(replies) == "200 ×2, 503 ×1, timeout ×1"
+    assert overload.worst(replies) == 9.0
+
+
+def test_the_issues_multi_head_body_has_its_shapes() -> None:
+    body = overload.issue_multi_head()
+    assert (len(body["query"]), len(body["query"][0])) == (8192, 1)
+    assert body["num_heads"] == 60
+    for name in ("w_q", "w_k", "w_v"):  # d_model = 1 → 60 heads of d_k = d_v = 1
+        assert (len(body[name]), len(body[name][0])) == (1, 60)
+    assert (len(body["w_o"]), len(body["w_o"][0])) == (60, 1)
+    assert len({row[0] for row in body["query"]}) > 100  # random, not one repeated value
+
+
+def test_the_short_form_keeps_multi_head_first_then_attention() -> None:
+    paths = [path for _, path, _ in overload.worst_cases(short=True)]
+    assert paths == ["/v1/multi-head-attention", "/v1/attention"]
+
+
+def test_a_crowd_opens_connections_and_sends_the_lying_head() -> None:
+    received: list[bytes] = []
+    with socket.create_server(("127.0.0.1", 0), backlog=16) as listener:
+
+        def accept() -> None:
+            for _ in range(3):
+                connection, _ = listener.accept()
+                with connection:
+                    received.append(connection.recv(4096))
+
+        acceptor = threading.Thread(target=accept)
+        acceptor.start()
+        sockets, failed = overload.open_crowd(listener.getsockname()[1], 3, overload.LYING_HEAD, 5.0)
+        acceptor.join(timeout=5)
+        for sock in sockets:
+            sock.close()
+    assert (len(sockets), failed) == (3, 0)
+    assert received == [overload.LYING_HEAD] * 3
+    head, _, body = overload.LYING_HEAD.partition(b"\r\n\r\n")
+    assert b"Content-Length: 1000" in head
+    assert len(body) < 1000
