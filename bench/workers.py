@@ -6,6 +6,11 @@ Every candidate runs gunicorn.conf.py's worker count (``WEB_CONCURRENCY`` overri
 once, and the tiny-request throughput is measured in rounds that take turns, so the ratios compare runs
 taken side by side on this (possibly shared) machine. A candidate whose packages are not installed is
 skipped and reported. Prints a Markdown table.
+
+Keep-alive fairness (issue #18): the soak's mix from 2 and from 64 kept-alive connections, in turns, with each
+worker's share of the 64-connection requests counted from the access log's ``pid``. The targets: 64
+connections serve ≥ 0.9× the 2-connection throughput and ≥ 0.9× sync's, and the workers' counts are within
+25 % of each other (``spread``: (most − fewest) / most). A measurement to report, not a pass/fail.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import argparse
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import tempfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +43,9 @@ app = WSGIMiddleware(create_app())
 """
 
 
+FEW_CONNECTIONS, MANY_CONNECTIONS = 2, 64
+
+
 @dataclass
 class Candidate:
     name: str
@@ -46,6 +56,8 @@ class Candidate:
     server: Server | None = None
     port: int = 0  # where clients go: the server, or nginx in front of it
     rates: list[float] = field(default_factory=list)
+    soak_rates: dict[int, list[float]] = field(default_factory=dict)  # connections -> req/s per round
+    per_worker: Counter[int] = field(default_factory=Counter)  # the 64-connection rounds' requests by pid
     results: dict[str, str] = field(default_factory=dict)
 
 
@@ -83,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         print("skipped sync behind nginx: nginx is not installed")
     with contextlib.ExitStack() as stack:
         for candidate in candidates:
-            candidate.server = start(candidate.app, {**base, **candidate.env}, keep_stdout=False)
+            # the access log is kept: its pid field counts each worker's share of the kept-alive requests
+            candidate.server = start(candidate.app, {**base, **candidate.env})
             stack.callback(candidate.server.terminate)
             candidate.port = candidate.server.port
             if candidate.behind_nginx:
@@ -104,13 +117,18 @@ def main(argv: list[str] | None = None) -> int:
             measure_attacks(candidate, args.seconds)
             print(candidate.name, candidate.results, flush=True)
         soaks: dict[str, list[soak.Tally]] = {candidate.name: [] for candidate in candidates}
-        for _ in range(args.rounds):  # the soak in turns too: 64 keep-alive connections each
+        for _ in range(args.rounds):  # the soak in turns too, from 2 and from 64 keep-alive connections
             for candidate in candidates:
-                soaks[candidate.name].append(soak_round(candidate, args.seconds / args.rounds))
+                soak_round(candidate, args.seconds / args.rounds, FEW_CONNECTIONS)
+                soaks[candidate.name].append(
+                    soak_round(candidate, args.seconds / args.rounds, MANY_CONNECTIONS)
+                )
         for candidate in candidates:
             summarize_soak(candidate, soaks[candidate.name], args.seconds)
+            summarize_fairness(candidate, candidates[0])
             print(candidate.name, candidate.results, flush=True)
     header = ["worker model", "tiny req/s", "÷ sync", "idle + readers", "slowloris + readers", "soak"]
+    header += ["soak req/s, 2 → 64 connections", "64 ÷ 2", "64 ÷ sync", "requests per worker (64)"]
     print(
         "\n" + markdown(header, [[c.name, *(c.results.get(h, "") for h in header[1:])] for c in candidates])
     )
@@ -126,11 +144,32 @@ def measure_attacks(candidate: Candidate, seconds: float) -> None:
         )
 
 
-def soak_round(candidate: Candidate, seconds: float) -> soak.Tally:
+def soak_round(candidate: Candidate, seconds: float, connections: int) -> soak.Tally:
+    """One soak of ``seconds`` from ``connections`` kept-alive clients; its rate (and, at 64, each worker's
+    share of it, from the access log) is added to the candidate's."""
     assert candidate.server is not None
     url = f"http://127.0.0.1:{candidate.port}"
-    tally, _ = asyncio.run(soak.soak(candidate.server, seconds, 64, base_url=url))
+    mark = len(candidate.server.stdout)
+    tally, _ = asyncio.run(soak.soak(candidate.server, seconds, connections, base_url=url))
+    candidate.soak_rates.setdefault(connections, []).append(sum(tally.statuses.values()) / seconds)
+    if connections == MANY_CONNECTIONS:
+        for line in candidate.server.stdout[mark:]:
+            if line.startswith("{") and '"path":"/v1/' in line:
+                candidate.per_worker[json.loads(line)["pid"]] += 1
     return tally
+
+
+def summarize_fairness(candidate: Candidate, reference: Candidate) -> None:
+    """The 64-connection rate against the 2-connection one and against the reference's (sync), per round."""
+    many, few = candidate.soak_rates[MANY_CONNECTIONS], candidate.soak_rates[FEW_CONNECTIONS]
+    candidate.results["soak req/s, 2 → 64 connections"] = f"{np.median(few):.0f} → {np.median(many):.0f}"
+    candidate.results["64 ÷ 2"] = f"{np.median(np.divide(many, few)):.2f}"
+    candidate.results["64 ÷ sync"] = (
+        f"{np.median(np.divide(many, reference.soak_rates[MANY_CONNECTIONS])):.2f}"
+    )
+    counts = sorted(candidate.per_worker.values(), reverse=True)
+    spread = (counts[0] - counts[-1]) / counts[0] if counts else float("nan")
+    candidate.results["requests per worker (64)"] = f"{' / '.join(map(str, counts))} (spread {spread:.0%})"
 
 
 def summarize_soak(candidate: Candidate, tallies: list[soak.Tally], seconds: float) -> None:

@@ -237,7 +237,7 @@ class Workers:
             verdict.fail(f"workers killed: {killed[:4]}")
         timeouts = sum("WORKER TIMEOUT" in line for line in self.server.stderr[self.mark :])
         gone = len(self.pids - self.server.worker_pids())
-        return f"workers killed {gone} ({timeouts} WORKER TIMEOUT)"
+        return f"{gone} of {len(self.pids)} workers replaced, {timeouts} WORKER TIMEOUT"
 
 
 # --- the heavy bodies --------------------------------------------------------------------------------------
@@ -312,6 +312,21 @@ def heavy(server: Server, cases: list[tuple[str, str, bytes]]) -> list[Verdict]:
     return verdicts
 
 
+def workers_of(server: Server, request_ids: list[str]) -> Counter[int]:
+    """How many of these requests each worker answered, from the access log's ``pid`` (bounded wait)."""
+    wanted = set(request_ids)
+    found: Counter[int] = Counter()
+    for _ in range(20):  # the log lines arrive just after the answers
+        found.clear()
+        for line in list(server.stdout):
+            if line.startswith("{") and any(request_id in line for request_id in wanted):
+                found[json.loads(line)["pid"]] += 1
+        if sum(found.values()) == len(wanted):
+            break
+        time.sleep(0.05)
+    return found
+
+
 def heavy_round(server: Server, verdict: Verdict, path: str, body: bytes) -> None:
     workers = Workers(server)
     seed = slow_clients.SEED_BODY
@@ -319,10 +334,13 @@ def heavy_round(server: Server, verdict: Verdict, path: str, body: bytes) -> Non
         http.client.HTTPConnection("127.0.0.1", server.port, timeout=PATIENCE_SECONDS)
         for _ in range(BYSTANDERS)
     ]
-    for connection in bystanders:  # each connection is accepted by a worker, and stays with it
-        warm = request(connection, "POST", "/v1/attention", seed, HEADERS)
+    warm_ids = [f"bystander-{n}-{time.monotonic_ns()}" for n in range(BYSTANDERS)]
+    for connection, request_id in zip(bystanders, warm_ids, strict=True):
+        # each connection is accepted by a worker, and stays with it
+        warm = request(connection, "POST", "/v1/attention", seed, {**HEADERS, "X-Request-ID": request_id})
         if warm.status != 200:
             verdict.fail(f"a bystander's first request: {warm.status or warm.error}")
+    placed = workers_of(server, warm_ids)
     heavy_replies: list[Reply] = []
     seen: list[Reply] = []
     stopping = threading.Event()
@@ -368,7 +386,8 @@ def heavy_round(server: Server, verdict: Verdict, path: str, body: bytes) -> Non
     killed = workers.judge(verdict)
     heavy_text = ", ".join(f"{outcome(r)} in {r.seconds:.1f} s" for r in heavy_replies)
     verdict.summary = (
-        f"2 × {path} ({len(body) / 1000:.0f} KB): {heavy_text}; {BYSTANDERS} kept-alive bystanders: "
+        f"2 × {path} ({len(body) / 1000:.0f} KB): {heavy_text}; {BYSTANDERS} kept-alive bystanders "
+        f"({' + '.join(map(str, sorted(placed.values(), reverse=True)))} on the workers): "
         f"{len(seen)} answers ({tally(seen)}), {len(seen) - len(late)} in time, worst {worst(seen):.1f} s; "
         f"/livez {len(livez.replies) - len(slow_livez)} of {len(livez.replies)} within 1 s "
         f"(worst {worst(livez.replies):.1f} s); {killed}"
