@@ -94,11 +94,11 @@ def linger(sock: socket.socket) -> None:
     deadline = time.monotonic() + LINGER_SECONDS
     with contextlib.suppress(OSError):
         while (left := deadline - time.monotonic()) > 0:
-            with gevent.Timeout(left, False):
-                if not sock.recv(LINGER_READ_BYTES):
-                    return  # the client closed too
-                continue
-            return  # the time is up
+            data = b""
+            with gevent.Timeout(left, False):  # False: when the time is up the block just ends, data empty
+                data = sock.recv(LINGER_READ_BYTES)
+            if not data:
+                return  # the client closed too, or the time is up
 
 
 class IdleConnections:
