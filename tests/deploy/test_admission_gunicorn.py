@@ -151,13 +151,22 @@ def test_a_long_computation_does_not_stop_the_worker_answering(heavy_server: Ser
             )
         )
         computing.start()
+        seeds: list[int] = []
         while computing.is_alive() and len(probes) < 400:  # at most about 20 s of probing
             probes.append(probe.get(heavy_server.url("/livez")).status_code)
+            seeds.append(
+                probe.post(
+                    heavy_server.url("/v1/attention"),
+                    content=SEED,
+                    headers={"Content-Type": "application/json"},
+                ).status_code
+            )
             time.sleep(0.05)
         computing.join(60)
     assert answers == [200]
     assert len(probes) >= 5
     assert set(probes) == {200}
+    assert set(seeds) == {200}  # the worked example needs no compute slot: no bystander waits
 
 
 def test_a_client_still_sending_a_refused_body_reads_its_413_rather_than_a_reset(server: Server) -> None:

@@ -231,6 +231,11 @@ def test_readyz_is_not_ready_while_every_compute_slot_is_busy(app: Flask) -> Non
         assert answer.json is not None
         assert "compute slot" in answer.json["detail"]
         assert client.get("/livez").status_code == 200  # alive all the same
+        # Work as small as the worked example needs no slot: it is answered while the slot is busy.
+        seed = client.post("/v1/attention", json=SEED)
+        assert seed.status_code == 200
+        assert seed.json is not None
+        assert seed.json["weights"] == pytest.approx([0.3302384506733431, 0.6697615493266569], rel=1e-12)
     finally:
         blocker.release.set()
         runner.join(10)
