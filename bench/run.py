@@ -182,10 +182,13 @@ def measure_times(row: Row, budget: Budget, *, service_port: int, bare_port: int
 
     def in_process() -> None:
         # The access log still formats and writes its line (a real cost), to /dev/null rather than the table.
-        with contextlib.redirect_stdout(DEVNULL):
-            response = test_client.post(case.path, data=case.raw, content_type="application/json")
-        if response.status_code != 200:
-            raise RuntimeError(f"{case.name}: {response.status_code} {response.data[:300]!r}")
+        # Closed as a server closes every answer: that gives back what the request held of the memory budget.
+        with (
+            contextlib.redirect_stdout(DEVNULL),
+            test_client.post(case.path, data=case.raw, content_type="application/json") as response,
+        ):
+            if response.status_code != 200:
+                raise RuntimeError(f"{case.name}: {response.status_code} {response.data[:300]!r}")
 
     actions: dict[str, Callable[[], Any]] = {
         "floor": partial(floor_bytes, case),
@@ -273,9 +276,11 @@ def measure_precision(cases: list[Case]) -> list[PrecisionRow]:
         answers = {}
         for precision in ("float64", "float32"):
             variant = case.with_precision(precision)
-            with contextlib.redirect_stdout(DEVNULL):
-                response = client.post(variant.path, data=variant.raw, content_type="application/json")
-            answers[precision] = response.data
+            with (
+                contextlib.redirect_stdout(DEVNULL),
+                client.post(variant.path, data=variant.raw, content_type="application/json") as response,
+            ):
+                answers[precision] = response.data
         doubles, singles = orjson.loads(answers["float64"]), orjson.loads(answers["float32"])
         key = "output" if "output" in doubles else "token_logprobs"
         exact = np.asarray(doubles[key], dtype=np.float64)
