@@ -1,7 +1,8 @@
 """``python -m bench.workers``: gunicorn's worker models under slow clients, the soak and tiny requests.
 
 Candidates: ``sync`` exposed and ``sync`` behind deploy/nginx.conf (Debian's nginx on this host),
-``gthread`` (4 threads per worker), ``gevent``, and a uvicorn worker running the Flask app through a2wsgi.
+``gthread`` (4 threads per worker), gunicorn's ``gevent`` worker, the default (that worker with admission at the
+connection level: service/server/worker.py), and a uvicorn worker running the Flask app through a2wsgi.
 Every candidate runs gunicorn.conf.py's worker count (``WEB_CONCURRENCY`` overrides it). All servers run at
 once, and the tiny-request throughput is measured in rounds that take turns, so the ratios compare runs
 taken side by side on this (possibly shared) machine. A candidate whose packages are not installed is
@@ -65,7 +66,14 @@ CANDIDATES = [
     Candidate("sync", {"GUNICORN_WORKER_CLASS": "sync"}),
     Candidate("sync behind nginx", {"GUNICORN_WORKER_CLASS": "sync"}, behind_nginx=True),
     Candidate("gthread (4 threads)", {"GUNICORN_WORKER_CLASS": "gthread", "GUNICORN_THREADS": "4"}),
-    Candidate("gevent", {"GUNICORN_WORKER_CLASS": "gevent"}, needs=("gevent",)),
+    # gunicorn's own gevent worker: the app's admission (memory budget, compute slots on a thread) without the
+    # connection-level part (head deadlines, room for new connections, no 100 Continue for a refused body).
+    Candidate("gevent (gunicorn's worker)", {"GUNICORN_WORKER_CLASS": "gevent"}, needs=("gevent",)),
+    Candidate(
+        "gevent + admission (the default)",
+        {"GUNICORN_WORKER_CLASS": "service.server.worker.AdmittingGeventWorker"},
+        needs=("gevent",),
+    ),
     Candidate(
         "uvicorn + a2wsgi",
         {"GUNICORN_WORKER_CLASS": "uvicorn_worker.UvicornWorker"},
