@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from bench import load, v2
+from bench import load, v2, worst_cases
 from bench.bare import APP as BARE_APP
 from bench.cases import Case, all_cases, floor_bytes
 from deploy.launch import MIB, SERVICE_APP, Server, serving
@@ -85,11 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--overhead", action="store_true", help="only the in-process µs per small request (bench/overhead.py)"
     )
+    parser.add_argument(
+        "--worst-cases",
+        action="store_true",
+        help="only each endpoint's most expensive accepted request, in CPU seconds (bench/worst_cases.py)",
+    )
     args = parser.parse_args(argv)
     if args.overhead:
         from bench import overhead
 
         return overhead.main(smoke=args.smoke)
+    if args.worst_cases:
+        return worst_cases.main(smoke=args.smoke)
     budget = SMOKE if args.smoke else FULL
     settings = gunicorn_settings()
     cases = all_cases()
@@ -120,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     for v2_row in v2_rows:
         v2.measure_memory(v2_row, settings)
     precision = measure_precision(cases)
+    # The smoke run times bodies cut to 1/64 along their limiting dimension: every line of code, seconds.
+    worst = worst_cases.measure(repeats=1, shrink=64) if args.smoke else worst_cases.measure()
 
     text = "\n\n".join(
         [
@@ -128,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             targets_table(rows, precision),
             "Open Inference Protocol (/v2):\n\n" + v2.table(v2_rows),
             v2.targets(v2_rows),
+            "Worst case per endpoint (the kernel's CPU seconds; target ≤ 2 s"
+            + (", bodies cut to 1/64 in the smoke run" if args.smoke else "")
+            + "):\n\n"
+            + worst_cases.table(worst),
         ]
     )
     print("\n" + text)

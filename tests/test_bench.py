@@ -61,3 +61,13 @@ def test_every_case_has_a_warm_up_body_that_the_service_accepts(client: FlaskCli
         assert path in WARMUP_BODIES, path
         response = client.post(path, data=WARMUP_BODIES[path], content_type="application/json")
         assert response.status_code == 200, response.data
+
+
+def test_worst_case_mode_times_every_endpoint() -> None:
+    from bench import worst_cases
+
+    rows = worst_cases.measure(repeats=1, shrink=256)
+    assert [row.name for row in rows] == list(worst_cases.BUILDERS)
+    assert all(row.cpu_seconds >= 0 and row.compute > 0 for row in rows)
+    text = worst_cases.table(rows)
+    assert text.count("\n") == len(rows) + 1  # header, rule and one line per row

@@ -25,7 +25,7 @@ from service.kernels._attention import (
     attention_shapes,
     check_window,
 )
-from service.kernels._common import Range, all_finite
+from service.kernels._common import BLOCK_ELEMENTS, Range, all_finite, rows_per_block
 from service.kernels._errors import EmptyRowError, KernelError, NumericalOverflowError, ShapeError
 from service.kernels._likelihood import (
     MAX_TOP_LOGPROBS,
@@ -62,6 +62,7 @@ from service.kernels._truncation import Truncation
 from service.kernels._visibility import CausalAlignment
 
 __all__ = [
+    "BLOCK_ELEMENTS",
     "MAX_NUM_SAMPLES",
     "MAX_SEED",
     "MAX_TOP_LOGPROBS",
@@ -98,6 +99,7 @@ __all__ = [
     "multi_head_attention",
     "multi_head_shapes",
     "rotary_tables",
+    "rows_per_block",
     "sample",
     "sample_shapes",
     "sequence_log_likelihood",

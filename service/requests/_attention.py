@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from service.kernels import (
+    BLOCK_ELEMENTS,
     AttentionOptions,
     AttentionOutput,
     AttentionResult,
@@ -22,6 +23,7 @@ from service.kernels import (
     attention_shapes,
     check_rotary,
     check_window,
+    rows_per_block,
 )
 from service.requests._common import (
     PRECISIONS,
@@ -38,9 +40,42 @@ from service.requests._common import (
     rows_of,
 )
 
-# The output-only limit bounds time, which grows with d_k + d_v (one product for the scores, one for the
-# output); it is stated for d_k = d_v = 64, and wider rows count proportionally more.
+# The compute limit (MAX_OUTPUT_ONLY_WORK_ELEMENTS) counts attention scores of d_k + d_v = 128: a score's
+# two products (one for the score, one for the output) grow with d_k + d_v, so wider rows count
+# proportionally more. A narrower score still costs one: its exp, max, sum and division (and softcap,
+# ALiBi, the band) cost about as much as a 128-wide score's products, whatever its width.
 REFERENCE_ROW_WIDTH = 128
+# BLAS reuses each key row it loads for every query row of a block; with fewer rows per block than this
+# (one query, or a block cut to one row because batch × m fills it) the products run at dot-product speed,
+# measured 4-5× slower per multiply-add than with 8 rows or more (d_k = 254 and 2000, n = m = 1 … 64).
+FULL_REUSE_ROWS = 8
+
+
+def score_work(entries: int, n: int, m: int, d_k: int, d_v: int, *, materialized: bool) -> int:
+    """The arithmetic of ``entries`` attention problems of ``n`` queries and ``m`` keys, in reference scores.
+
+    Each of the ``entries · n · m`` scores counts ``max(1, (d_k + d_v) / 128 · slowdown)``, the slowdown
+    being ``FULL_REUSE_ROWS / rows`` when the kernel's blocks hold fewer query rows than that (the whole
+    ``n`` when the weights or scores are returned, else as many as fit in its block of
+    ``BLOCK_ELEMENTS`` scores beside ``min(entries, BLOCK_ELEMENTS // m)`` batch entries: a lower bound of
+    the kernel's rows, so the estimate errs high). Shared by attention and the multi-head layer, whose heads
+    are attention's batch entries.
+    """
+    scores = entries * n * m
+    if materialized:
+        rows = n
+    else:
+        entries_per_block = min(entries, max(1, BLOCK_ELEMENTS // max(m, 1)))
+        rows = rows_per_block(entries_per_block * m, n)
+    per_score = max(1.0, (d_k + d_v) / REFERENCE_ROW_WIDTH * reuse_slowdown(rows))
+    return math.ceil(scores * per_score)
+
+
+def reuse_slowdown(rows: int) -> float:
+    """How much slower a product's multiply-adds run when each block of it holds ``rows`` rows (of
+    queries, or of a layer's inputs) to reuse each loaded weight or key row for: ``FULL_REUSE_ROWS / rows``,
+    at least 1."""
+    return max(1.0, FULL_REUSE_ROWS / max(rows, 1))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +190,8 @@ class AttentionRequest(AttentionOptionFields):
         self.derive_options(enable_gqa=self.enable_gqa)
 
     def work(self) -> Work:
-        """Weights and scores are held whole (each one counts); output-only scores go a block at a time."""
+        """Weights and scores are held whole (each one counts); output-only scores go a block at a time.
+        Either way the scores' arithmetic (:func:`score_work`) is bounded by the compute limit."""
         shapes = self.shapes
         rows = rows_of(shapes.batch, shapes.n)
         held_matrices = len(self.include & {"weights", "scores"})
@@ -167,21 +203,31 @@ class AttentionRequest(AttentionOptionFields):
             + (rows if "logsumexp" in self.include else 0)
             + listed
         )
+        computed = score_work(
+            math.prod(shapes.batch),
+            shapes.n,
+            shapes.m,
+            shapes.d_k,
+            shapes.d_v,
+            materialized=bool(held_matrices),
+        )
+        compute = Bound(
+            computed,
+            "attention arithmetic (batch × n × m scores, each counting (d_k + d_v) / 128 when that is more "
+            f"than 1, × {FULL_REUSE_ROWS} / rows for blocks of fewer than {FULL_REUSE_ROWS} query rows)",
+            setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
+        )
         if held_matrices:
             held = max(shapes.scores_elements * held_matrices, shapes.output_elements, listed)
             what = "attention arrays (batch × n × m for each of weights and scores asked for)"
-            return Work(elements=held, bounds=(Bound(held, what),), answer_elements=answer)
-        widening = max(1.0, (shapes.d_k + shapes.d_v) / REFERENCE_ROW_WIDTH)
-        computed = math.ceil(shapes.scores_elements * widening)
+            return Work(
+                elements=held, bounds=(Bound(held, what), compute), answer_elements=answer, compute=computed
+            )
         bounds = (
             Bound(max(shapes.output_elements, listed), "an attention output (batch × n × d_v)"),
-            Bound(
-                computed,
-                "attention scores (batch × n × m, output only, × (d_k + d_v) / 128 when that is more than 1)",
-                setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
-            ),
+            compute,
         )
-        return Work(elements=computed, bounds=bounds, answer_elements=answer)
+        return Work(elements=computed, bounds=bounds, answer_elements=answer, compute=computed)
 
     def run(self) -> AttentionResult:
         """The kernel's answer to this request."""

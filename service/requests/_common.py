@@ -166,6 +166,12 @@ class Bound:
     setting: str = "MAX_WORK_ELEMENTS"
 
 
+# CPU seconds per reference score (one unit of ``Work.compute``) on the benchmark machine: the most any
+# endpoint's most expensive accepted request took per unit (bench/worst_cases.py; docs/operations.md, "Worst
+# case per endpoint"). An estimate that errs high for most requests, for admission to weigh requests by.
+SECONDS_PER_COMPUTE_UNIT = 30e-9
+
+
 @dataclass(frozen=True)
 class Work:
     """How much a request asks for, known from its shapes and options before anything large is allocated.
@@ -173,12 +179,21 @@ class Work:
     ``bounds`` are checked in order against their settings; ``elements`` is the size of the computation
     (the largest array it works through, held whole or a block of rows at a time) that the
     ``attention_work_elements`` histogram counts once it is accepted. ``answer_elements`` is how many
-    values the answer holds, for a bound on the answer's size in the terms of each protocol.
+    values the answer holds, for a bound on the answer's size in the terms of each protocol. ``compute`` is
+    its arithmetic in reference scores (one attention score with d_k + d_v = 128, the unit of
+    ``MAX_OUTPUT_ONLY_WORK_ELEMENTS``), each endpoint's cost drivers counted in that unit.
     """
 
     elements: int
     bounds: tuple[Bound, ...]
     answer_elements: int
+    compute: int
+
+    @property
+    def estimated_cpu_seconds(self) -> float:
+        """Roughly how many CPU seconds the kernel will take (erring high), from ``compute``: seconds, on
+        the benchmark machine (``SECONDS_PER_COMPUTE_UNIT``), not counting parsing and writing the JSON."""
+        return self.compute * SECONDS_PER_COMPUTE_UNIT
 
 
 def rows_of(batch: tuple[int, ...], n: int) -> int:

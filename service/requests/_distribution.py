@@ -4,11 +4,12 @@ draws from."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 from service.kernels import Range, Truncation
-from service.requests._common import AnyArray, ArraySpec, integer, number
+from service.requests._common import AnyArray, ArraySpec, Bound, integer, number
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,40 @@ class DistributionRequest:
         if self.min_p is not None:
             set_(self, "min_p", number(self.min_p, field="min_p", allowed=self.MIN_P))
         set_(self, "truncation", Truncation(top_k=self.top_k, top_p=self.top_p, min_p=self.min_p))
+
+
+# The arithmetic of a distribution, per logit, in reference scores (the compute limit's unit, about 8 ns on
+# the benchmark machine), measured on 8 million logits in rows of 64 to 8 million: tempering, exp and
+# normalizing take 20-90 ns a logit (a single huge row is the slowest, its temporaries being fresh memory).
+LOGIT_COST = 4
+TOP_K_COST = 2  # np.partition: 15 ns a logit
+PORTABLE_EXP_COST = 4  # the machine-independent exp that min-p, top-p and every draw decide on: 25-30 ns
+# top-p sorts each row: 110-160 ns a logit more, growing with log2 V; counted as ⌈log2 V / 2⌉.
+# A draw is a binary search over its row's cumulative sums: 15-20 ns for each of its log2 V steps.
+DRAW_STEP_COST = 3
+
+
+def distribution_work(request: DistributionRequest, *, sampled: bool) -> int:
+    """The arithmetic of softmax's (or sample's) distribution, in reference scores: each logit counts
+    ``LOGIT_COST``, more under ``top_k``, ``min_p`` and ``top_p`` (whose sort counts ⌈log2 V / 2⌉ a logit);
+    sampling always takes the portable exp of every logit it draws from."""
+    shape = request.logits.shape
+    vocabulary = shape[-1]
+    per_logit = LOGIT_COST
+    if request.top_k is not None and request.top_k < vocabulary:
+        per_logit += TOP_K_COST
+    sorts = request.top_p is not None and request.top_p < 1
+    if sampled or sorts or request.min_p:
+        per_logit += PORTABLE_EXP_COST
+    if sorts:
+        per_logit += -(-vocabulary.bit_length() // 2)
+    return math.prod(shape) * per_logit
+
+
+def distribution_bound(computed: int, draws: str = "") -> Bound:
+    """The compute bound of a distribution's ``computed`` arithmetic (and ``draws``, described)."""
+    return Bound(
+        computed,
+        f"a distribution's arithmetic (logits × {LOGIT_COST}, more under top_k, min_p and top_p{draws})",
+        setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
+    )

@@ -25,6 +25,7 @@ from service.requests._common import (
     integer,
     number,
 )
+from service.requests._distribution import LOGIT_COST, TOP_K_COST
 
 # Logits are at most [batch, head, T, V], so targets [batch, head, T].
 TARGETS_MAX_RANK = 3
@@ -32,6 +33,9 @@ TARGETS_MAX_RANK = 3
 # A {token, logprob} object of top_logprobs is built from Python objects (a dict, an int, a float)
 # before it is written: about as much memory as 32 float64 elements.
 TOP_LOGPROB_COST = 32
+# A row whose top entries tie at the k-th largest is sorted again on its own (stable, so that lower ids win),
+# a NumPy call per row: about 2 µs, 64 reference scores, counted for every listed row.
+TIED_ROW_COST = 64
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,10 @@ class LikelihoodRequest:
             bounds=(Bound(held, what),),
             # token log-probabilities and ranks per position, five totals per sequence, 2 per listed token
             answer_elements=2 * positions + 5 * sequences + 2 * positions * listed,
+            # a log-softmax of every row (and a partial sort for top_logprobs): within MAX_WORK_ELEMENTS
+            # the worst accepted body takes about a second (docs/operations.md), so no compute bound
+            compute=positions * self.vocabulary * (LOGIT_COST + (TOP_K_COST if listed else 0))
+            + (positions * TIED_ROW_COST if listed else 0),
         )
 
     def run(self) -> LikelihoodResult:

@@ -18,7 +18,12 @@ from service.kernels import (
     multi_head_attention,
     multi_head_shapes,
 )
-from service.requests._attention import REFERENCE_ROW_WIDTH, AttentionOptionFields
+from service.requests._attention import (
+    REFERENCE_ROW_WIDTH,
+    AttentionOptionFields,
+    reuse_slowdown,
+    score_work,
+)
 from service.requests._common import (
     PRECISIONS,
     AnyArray,
@@ -125,8 +130,9 @@ class MultiHeadRequest(AttentionOptionFields):
         self.derive_options(enable_gqa=True)  # the layer groups its heads: num_kv_heads decides
 
     def work(self) -> Work:
-        """What the layer holds (projections, heads, output, any per-head matrices asked for) and computes
-        (the projections' multiply-adds and every head's scores, per 128-wide row as for attention)."""
+        """What the layer holds (projections, heads, output, any per-head matrices asked for) and computes:
+        the projections' multiply-adds / 128 (slower for few rows, :func:`reuse_slowdown`) and every head's
+        scores counted as attention counts them (:func:`score_work`: at least one per score)."""
         s = self.shapes
         rows = math.prod(s.batch)
         per_head = len(self.include & {"weights", "scores"}) * s.scores_elements
@@ -136,8 +142,14 @@ class MultiHeadRequest(AttentionOptionFields):
         output = rows * s.n * s.d_out
         listed = rows * s.num_heads * s.n * (len(s.batch) + 2) if self.empty_rows == "zero" else 0
         held = projections + output + per_head + listed
-        multiplies = s.projection_multiplies + s.scores_elements * (s.d_k + s.d_v)
-        computed = math.ceil(multiplies / REFERENCE_ROW_WIDTH)
+        # The query and output projections are products of n rows each; the key and value ones, of m rows.
+        query_side = rows * s.n * s.num_heads * (s.d_model * s.d_k + s.d_v * s.d_out)
+        key_side = rows * s.m * s.d_kv_model * s.num_kv_heads * (s.d_k + s.d_v)
+        projected = math.ceil(
+            (query_side * reuse_slowdown(s.n) + key_side * reuse_slowdown(s.m)) / REFERENCE_ROW_WIDTH
+        )
+        attended = score_work(rows * s.num_heads, s.n, s.m, s.d_k, s.d_v, materialized=bool(per_head))
+        computed = projected + attended
         shown = {"heads": s.num_heads * s.n * s.d_v, "q": s.num_heads * s.n * s.d_k}
         shown.update(k=s.num_kv_heads * s.m * s.d_k, v=s.num_kv_heads * s.m * s.d_v)
         answer = (
@@ -147,11 +159,12 @@ class MultiHeadRequest(AttentionOptionFields):
             Bound(held, "a multi-head layer's arrays (projections, heads, output and per-head matrices)"),
             Bound(
                 computed,
-                "a multi-head layer's arithmetic (projection and attention multiply-adds / 128)",
+                "a multi-head layer's arithmetic (projection multiply-adds / 128, and every head's scores "
+                "counted as attention counts them, at least 1 each)",
                 setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
             ),
         )
-        return Work(elements=computed, bounds=bounds, answer_elements=answer)
+        return Work(elements=computed, bounds=bounds, answer_elements=answer, compute=computed)
 
     def run(self) -> MultiHeadResult:
         """The kernel's answer to this request."""

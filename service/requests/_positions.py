@@ -28,6 +28,8 @@ PositionalOutput = Literal["tables"]
 POSITIVE = Range(minimum=0, min_inclusive=False)
 LENGTH = Range(minimum=1, maximum=MAX_POSITION)
 D_MODEL = Range(minimum=2)
+# Each table entry is a sine or cosine (rotary applies two per rotated pair): a reference score or two each.
+TABLE_COST = 2
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class PositionalEncodingRequest:
                 elements=elements,
                 bounds=(Bound(elements, "a sinusoidal table (n × d_model)"),),
                 answer_elements=elements,
+                compute=elements * TABLE_COST,
             )
         assert self.x is not None
         dim = self.x.shape[-1] if self.dim is None else self.dim
@@ -137,6 +140,7 @@ class PositionalEncodingRequest:
             elements=elements,
             bounds=(Bound(elements, "rotated rows (the size of x) and tables"),),
             answer_elements=elements,
+            compute=(int(self.x.size) + 2 * self.rows * (dim // 2)) * TABLE_COST,
         )
 
     def run(self) -> PositionalEncodingResult:

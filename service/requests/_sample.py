@@ -8,7 +8,12 @@ from typing import ClassVar
 
 from service.kernels import MAX_NUM_SAMPLES, MAX_SEED, Range, SampleResult, sample, sample_shapes
 from service.requests._common import Bound, Work, integer
-from service.requests._distribution import DistributionRequest
+from service.requests._distribution import (
+    DRAW_STEP_COST,
+    DistributionRequest,
+    distribution_bound,
+    distribution_work,
+)
 
 
 @dataclass(frozen=True)
@@ -38,16 +43,23 @@ class SampleRequest(DistributionRequest):
 
     def work(self) -> Work:
         """The distribution is worked through a block of rows at a time, the logits held whole (as
-        float64); the draws (tokens, log-probabilities and their uniforms) are held whole."""
+        float64); the draws (tokens, log-probabilities and their uniforms) are held whole. The compute
+        bound counts the distribution's arithmetic and each draw's binary search over its row."""
         distribution = math.prod(self.logits.shape)
         draws = math.prod(self.shape)
+        search_steps = self.logits.shape[-1].bit_length()
+        computed = distribution_work(self, sampled=True) + draws * search_steps * DRAW_STEP_COST
         return Work(
             elements=max(distribution, draws),
             bounds=(
                 Bound(distribution, "probabilities"),
                 Bound(draws, "draws (rows × num_samples)"),
+                distribution_bound(
+                    computed, f", and each draw × {DRAW_STEP_COST} × log2 V for its binary search"
+                ),
             ),
             answer_elements=2 * draws + 1,  # tokens, logprobs and the seed
+            compute=computed,
         )
 
     def run(self) -> SampleResult:

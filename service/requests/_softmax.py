@@ -8,7 +8,7 @@ from typing import Literal
 
 from service.kernels import SoftmaxResult, softmax, softmax_shapes
 from service.requests._common import PRECISIONS, Bound, Precision, Work, choice, names
-from service.requests._distribution import DistributionRequest
+from service.requests._distribution import DistributionRequest, distribution_bound, distribution_work
 
 SoftmaxOutput = Literal["log_probabilities"]
 
@@ -30,14 +30,17 @@ class SoftmaxRequest(DistributionRequest):
         set_(self, "shape", softmax_shapes(self.logits.shape, mask_shape=mask_shape))
 
     def work(self) -> Work:
-        """The probabilities (and, when asked for, the log-probabilities) are held whole."""
+        """The probabilities (and, when asked for, the log-probabilities) are held whole; their arithmetic,
+        the truncation's sort included, is bounded by the compute limit (:func:`distribution_work`)."""
         probabilities = math.prod(self.shape)
         rows = probabilities // self.shape[-1]
         arrays = 1 + ("log_probabilities" in self.include)
+        computed = distribution_work(self, sampled=False)
         return Work(
             elements=probabilities,
-            bounds=(Bound(probabilities, "probabilities"),),
+            bounds=(Bound(probabilities, "probabilities"), distribution_bound(computed)),
             answer_elements=probabilities * arrays + 2 * rows,  # + entropy and argmax per row
+            compute=computed,
         )
 
     def run(self) -> SoftmaxResult:

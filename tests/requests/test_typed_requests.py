@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, get_args
 
@@ -127,7 +128,11 @@ def test_attention_work_held_whole_and_output_only() -> None:
     held = AttentionRequest(**arrays, include=["weights", "scores", "logsumexp"]).work()
     # 2·3·4 = 24 scores, twice; 2·3·6 = 36 outputs; 6 logsumexp values
     assert held.elements == 48
-    assert [(b.amount, b.setting) for b in held.bounds] == [(48, "MAX_WORK_ELEMENTS")]
+    # and the arithmetic of the 24 scores, one reference score each (d_k + d_v = 11 is under 128)
+    assert [(b.amount, b.setting) for b in held.bounds] == [
+        (48, "MAX_WORK_ELEMENTS"),
+        (24, "MAX_OUTPUT_ONLY_WORK_ELEMENTS"),
+    ]
     assert held.answer_elements == 36 + 48 + 6
 
     output_only = AttentionRequest(**arrays, include=[], empty_rows="zero").work()
@@ -141,8 +146,11 @@ def test_attention_work_held_whole_and_output_only() -> None:
 
 
 def test_wide_rows_widen_the_output_only_work() -> None:
-    arrays = {"query": ones(3, 200), "key": ones(4, 200), "value": ones(4, 56)}  # d_k + d_v = 256
-    assert AttentionRequest(**arrays, include=[]).work().elements == 3 * 4 * 2
+    arrays = {"query": ones(8, 200), "key": ones(4, 200), "value": ones(4, 56)}  # d_k + d_v = 256
+    assert AttentionRequest(**arrays, include=[]).work().elements == 8 * 4 * 2
+    # 3 query rows reuse each key row 3 times, not 8 or more: 8 / 3 times slower per multiply-add
+    arrays["query"] = ones(3, 200)
+    assert AttentionRequest(**arrays, include=[]).work().elements == math.ceil(3 * 4 * 2 * 8 / 3)
 
 
 def test_softmax_and_likelihood_work() -> None:

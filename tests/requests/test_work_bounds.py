@@ -1,0 +1,150 @@
+"""Each endpoint's work counts its real cost drivers, so that the default limits refuse what would run for
+seconds (issue #18, "Work that is counted right"). Expected amounts are worked out by hand from the cost
+model each request documents; the CPU times behind the model are in bench/worst_cases.py, not here."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+
+from service.requests import (
+    AttentionRequest,
+    LikelihoodRequest,
+    MultiHeadRequest,
+    PositionalEncodingRequest,
+    SampleRequest,
+    SoftmaxRequest,
+    Work,
+)
+from service.settings import Settings
+
+DEFAULTS = Settings()
+COMPUTE_LIMIT = DEFAULTS.max_output_only_work_elements
+
+
+def ones(*shape: int) -> np.ndarray:
+    return np.ones(shape)
+
+
+def compute_bound(work: Work) -> int:
+    (amount,) = [bound.amount for bound in work.bounds if bound.setting == "MAX_OUTPUT_ONLY_WORK_ELEMENTS"]
+    return amount
+
+
+def narrow_heads_layer(n: int) -> MultiHeadRequest:
+    """The issue's layer: d_model = 1, 60 heads of width 1, self-attention over n tokens."""
+    return MultiHeadRequest(
+        query=np.broadcast_to(np.float64(0.5), (n, 1)),
+        w_q=ones(1, 60),
+        w_k=ones(1, 60),
+        w_v=ones(1, 60),
+        w_o=ones(60, 1),
+        num_heads=60,
+    )
+
+
+def test_narrow_heads_count_one_reference_score_each() -> None:
+    # 60 × 8192² = 4.0e9 scores, each at least one reference score (they took 20-26 s of CPU): far over
+    work = narrow_heads_layer(8192).work()
+    assert compute_bound(work) >= 60 * 8192 * 8192 > COMPUTE_LIMIT
+    # n = 16: 60 × 256 = 15,360 scores count 1 each; the projections 16 × 60 × (1 + 2 + 1) multiply-adds,
+    # in products of 16 rows (full reuse), / 128
+    small = narrow_heads_layer(16).work()
+    assert compute_bound(small) == 15_360 + math.ceil(16 * 60 * 4 / 128)
+    assert small.compute == compute_bound(small)
+
+
+def test_the_issues_narrow_heads_body_is_a_413_naming_the_compute_limit(client: FlaskClient) -> None:
+    n = 8192
+    body = {
+        "query": [[0.5]] * n,
+        "w_q": [[1.0] * 60],
+        "w_k": [[1.0] * 60],
+        "w_v": [[1.0] * 60],
+        "w_o": [[1.0]] * 60,
+        "num_heads": 60,
+    }
+    response = client.post("/v1/multi-head-attention", json=body)
+    assert response.status_code == 413, response.data
+    problem = response.get_json()
+    assert problem["type"].endswith("work-too-large")
+    assert "(MAX_OUTPUT_ONLY_WORK_ELEMENTS)" in problem["detail"]
+    # what was needed: one reference score per score at least, and the projections' multiply-adds / 128
+    assert f"{60 * n * n + math.ceil(n * 60 * 4 / 128):,}" in problem["detail"]
+
+
+def test_score_work_counts_width_and_the_slowdown_of_small_blocks() -> None:
+    from service.requests._attention import score_work  # here, so that the other tests fail on their own
+
+    # 2 × 3 × 4 = 24 scores of d_k + d_v = 11: one each (the floor), whatever the block
+    assert score_work(2, 3, 4, 5, 6, materialized=True) == 24
+    # d_k + d_v = 256 in blocks of 3 query rows (all of n): 2 × 8 / 3 = 5.33 each, 12 scores → 64
+    assert score_work(1, 3, 4, 200, 56, materialized=True) == 64
+    # the same with 8 rows or more: 2 each
+    assert score_work(1, 8, 4, 200, 56, materialized=True) == 64
+    # output only, 2^20 batch entries of 4 × 4: 2^18 entries fill a block, so each block is one query row,
+    # 8 times slower: (254 + 2) / 128 × 8 = 16 per score
+    assert score_work(1 << 20, 4, 4, 254, 2, materialized=False) == (1 << 20) * 16 * 16
+    # 8192 × 8192 at d = 64: blocks of 128 rows, the reference: one per score
+    assert score_work(1, 8192, 8192, 64, 64, materialized=False) == 8192 * 8192
+
+
+def test_attention_with_weights_bounds_the_arithmetic_too() -> None:
+    # Broadcast batches of one-row blocks with wide keys: 64 × 64 × 1 × 32 scores of d_k + d_v = 2001,
+    # 8 times slower per multiply-add with one query row: 131,072 × 2001 / 128 × 8 = 16.4 million
+    arrays = {
+        "query": np.broadcast_to(np.float64(0.5), (64, 1, 1, 2000)),
+        "key": np.broadcast_to(np.float64(0.5), (1, 64, 32, 2000)),
+        "value": np.broadcast_to(np.float64(0.5), (1, 64, 32, 1)),
+    }
+    held = AttentionRequest(**arrays, include=["weights"]).work()
+    assert compute_bound(held) == math.ceil(64 * 64 * 32 * 2001 / 128 * 8)
+    assert [bound.setting for bound in held.bounds] == ["MAX_WORK_ELEMENTS", "MAX_OUTPUT_ONLY_WORK_ELEMENTS"]
+
+
+def test_softmax_counts_the_sort_of_top_p_and_the_truncation() -> None:
+    logits = ones(2, 1000)  # V = 1000: log2 V rounds up to 10 bits, the sort counts 5 a logit
+    assert compute_bound(SoftmaxRequest(logits=logits).work()) == 2000 * 4
+    assert compute_bound(SoftmaxRequest(logits=logits, top_k=10).work()) == 2000 * (4 + 2)
+    assert compute_bound(SoftmaxRequest(logits=logits, min_p=0.1).work()) == 2000 * (4 + 4)
+    assert compute_bound(SoftmaxRequest(logits=logits, top_p=0.9).work()) == 2000 * (4 + 4 + 5)
+    assert compute_bound(SoftmaxRequest(logits=logits, top_p=1.0).work()) == 2000 * 4  # nothing to sort
+
+
+def test_sample_counts_the_draws_binary_searches() -> None:
+    # 3 rows of V = 1000: 3000 logits × (4 + the portable exp 4); 150 draws × 10 steps × 3
+    work = SampleRequest(logits=ones(3, 1000), num_samples=50, seed=1).work()
+    assert compute_bound(work) == 3000 * 8 + 150 * 10 * 3
+    assert work.compute == compute_bound(work)
+
+
+def test_a_single_long_row_under_top_p_is_refused_before_the_body_limit() -> None:
+    # 4 million logits fit in a 16 MiB body; sorted under top-p they took 2 s of CPU: now a 413
+    row = np.broadcast_to(np.float64(0.5), (4_000_000,))
+    assert compute_bound(SampleRequest(logits=row, top_p=0.9, seed=1).work()) > COMPUTE_LIMIT
+    assert compute_bound(SoftmaxRequest(logits=row, top_p=0.9).work()) > COMPUTE_LIMIT
+    assert compute_bound(SoftmaxRequest(logits=row).work()) <= COMPUTE_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("request_", "compute"),
+    [
+        # 6 positions × 5 logits × (log-softmax 4 + the partial sort 2 when top_logprobs is asked for)
+        (LikelihoodRequest(logits=ones(2, 3, 5), targets=np.zeros((2, 3), dtype=np.int64)), 30 * 4),
+        (
+            LikelihoodRequest(logits=ones(2, 3, 5), targets=np.zeros((2, 3), dtype=np.int64), top_logprobs=2),
+            30 * 6 + 6 * 64,
+        ),
+        # 4 × 6 table entries, 2 each; rotary: x (3 × 4) and the 2 × 3 × 2 angles' cos and sin, 2 each
+        (PositionalEncodingRequest(kind="sinusoidal", length=4, d_model=6), 24 * 2),
+        (PositionalEncodingRequest(kind="rotary", x=ones(3, 4)), (12 + 12) * 2),
+    ],
+    ids=["likelihood", "likelihood-top-logprobs", "sinusoidal", "rotary"],
+)
+def test_every_request_states_its_compute(request_: LikelihoodRequest, compute: int) -> None:
+    work = request_.work()
+    assert work.compute == compute
+    assert work.estimated_cpu_seconds == pytest.approx(compute * 30e-9)
