@@ -15,7 +15,7 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
   computes. A request that finds the queue full, or whose predicted wait is over
   ``COMPUTE_QUEUE_SECONDS``, gets a 503 ``overloaded`` with ``Retry-After`` at once (and when a prediction
   proves wrong, once that long has passed); one whose computation outlives ``COMPUTE_DEADLINE_SECONDS`` gets
-  a 504, while its thread finishes on its own and only then frees the slot.
+  a 504, while its thread finishes on its own and only then frees the slot and the request's memory.
 - **A deadline for each body**: ``BODY_TIMEOUT_SECONDS`` plus its length at ``BODY_MIN_BYTES_PER_SECOND``. A
   body that does not arrive by then (a lying ``Content-Length``, a client that stalls) is answered 408.
 
@@ -142,6 +142,13 @@ class Reservation:
             self.upload_bytes += size
         return True
 
+    def hand_over(self) -> Reservation:
+        """A new reservation holding all this one held, which is left empty (its request is done with it)."""
+        heir = Reservation(self._admission)
+        heir.held_bytes, heir.upload_bytes = self.held_bytes, self.upload_bytes
+        self.held_bytes = self.upload_bytes = 0
+        return heir
+
     def release(self) -> None:
         if self.held_bytes:
             self._admission.give_back(self.held_bytes, self.upload_bytes)
@@ -242,9 +249,18 @@ class Admission:
         result = self._pool.spawn(compute)
         try:
             value: T = result.get(timeout=self.limits.compute_deadline_seconds)
-        except gevent.Timeout:
-            # The thread cannot be stopped: it finishes on its own, and only then frees its slot.
-            gevent.spawn(self._leave_when_done, result, token, started, work_elements)
+        except BaseException as error:
+            timed_out = isinstance(error, gevent.Timeout)
+            if not timed_out and result.ready():  # the computation itself raised: its thread is done
+                self._leave(token, started, work_elements)
+                raise
+            # The thread cannot be stopped: it finishes on its own, still holding the inputs and arrays it
+            # computes with, so it keeps the request's share of the budget (not just its slot) until then,
+            # although the request is answered now.
+            abandoned = reservation.hand_over()
+            gevent.spawn(self._leave_when_done, result, token, started, work_elements, abandoned)
+            if not timed_out:
+                raise  # the request's greenlet was killed while it waited (a worker shutting down)
             raise Problem(
                 504,
                 f"The computation took longer than {self.limits.compute_deadline_seconds:g} s "
@@ -252,9 +268,6 @@ class Admission:
                 slug="deadline-exceeded",
                 title="Deadline exceeded",
             ) from None
-        except BaseException:
-            self._leave(token, started, work_elements)
-            raise
         self._leave(token, started, work_elements)
         return value
 
@@ -313,8 +326,11 @@ class Admission:
                 self.seconds_per_element += (per_element - self.seconds_per_element) / 5
             self._changed.notify_all()
 
-    def _leave_when_done(self, result: Any, token: int, started: float, work_elements: int) -> None:
+    def _leave_when_done(
+        self, result: Any, token: int, started: float, work_elements: int, held: Reservation
+    ) -> None:
         result.wait()
+        held.release()
         self._leave(token, started, work_elements)
 
 

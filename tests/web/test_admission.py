@@ -240,3 +240,32 @@ def test_readyz_is_not_ready_while_every_compute_slot_is_busy(app: Flask) -> Non
         blocker.release.set()
         runner.join(10)
     assert client.get("/readyz").status_code == 200
+
+
+def test_an_abandoned_computation_keeps_its_memory_until_its_thread_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 504 path (the gevent worker's): the request's answer is sent, but its thread still holds the
+    inputs, scores and result it computes with, so their share of the budget must stay held until it ends."""
+    import gevent
+
+    import service.web.admission as admission_module
+
+    monkeypatch.setattr(admission_module, "under_gevent", lambda: True)  # the kernel on a pool thread
+    admission = Admission(limits(compute_deadline_seconds=0.05))
+    blocker = Blocker()
+    reservation = Reservation(admission)
+    assert reservation.take(MIB, upload=True)  # its body
+    with pytest.raises(Problem) as abandoned:
+        admission.run(blocker, work_elements=1 << 20, memory_bytes=8 * MIB, reservation=reservation)
+    assert (abandoned.value.status, abandoned.value.slug) == (504, "deadline-exceeded")
+    assert blocker.started.wait(10)
+    reservation.release()  # the 504 has been sent
+    assert admission.busy_slots == 1
+    assert admission.held_bytes == 8 * MIB  # the body's 1 MiB and the 7 MiB more the computation holds
+    blocker.release.set()
+    for _ in range(1000):  # bounded (10 s): until the thread has ended and its greenlet gave everything back
+        if admission.busy_slots == 0:
+            break
+        gevent.sleep(0.01)
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots) == (0, 0, 0)
