@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 
 from service import create_app
-from service.web.spec import spec_yaml
+from service.api.meta import ROUTES_EXTENSION
+from service.web.spec import build_spec, spec_yaml
 
 
 def render_contract() -> str:
     """The contract exactly as ``/openapi.yaml`` serves it and ``openapi.yaml`` commits it."""
     app = create_app()
-    with app.app_context():
-        return spec_yaml(app.extensions["attention_api"])
+    return spec_yaml(build_spec(app.extensions[ROUTES_EXTENSION]))
 
 
 if __name__ == "__main__":

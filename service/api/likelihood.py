@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.api.errors_doc import document_compute_errors
+from flask import request
+
+from service.api.errors_doc import COMPUTE_ERRORS
 from service.api.examples import LIKELIHOOD_EXAMPLE_REQUEST, LIKELIHOOD_EXAMPLE_RESPONSE
 from service.api.schemas.likelihood import (
     LikelihoodRequestSchema,
@@ -13,16 +15,23 @@ from service.api.schemas.likelihood import (
 )
 from service.requests import LikelihoodRequest
 from service.web.admission import run_admitted
-from service.web.blueprint import Blueprint
+from service.web.parsing import load_json_body
+from service.web.routes import Routes
 
-blp = Blueprint("likelihood", __name__, url_prefix="/v1", description="Log-likelihood of token sequences.")
+routes = Routes("likelihood", __name__, url_prefix="/v1", description="Log-likelihood of token sequences.")
+SCHEMA = LikelihoodRequestSchema()
 
 
-@blp.route("/log-likelihood", methods=["POST"])
-@blp.doc(operationId="logLikelihood")
-@blp.arguments(LikelihoodRequestSchema(), example=LIKELIHOOD_EXAMPLE_REQUEST)
-@blp.response(200, LikelihoodResponseSchema, example=LIKELIHOOD_EXAMPLE_RESPONSE)
-@document_compute_errors(blp)
-def likelihood_view(request: LikelihoodRequest) -> dict[str, Any]:
+@routes.post(
+    "/log-likelihood",
+    operation_id="logLikelihood",
+    request=SCHEMA,
+    request_example=LIKELIHOOD_EXAMPLE_REQUEST,
+    response=LikelihoodResponseSchema,
+    response_example=LIKELIHOOD_EXAMPLE_RESPONSE,
+    errors=COMPUTE_ERRORS,
+)
+def likelihood_view() -> dict[str, Any]:
     """Per-token log-probabilities and ranks, and per-sequence log-likelihood, NLL and perplexity."""
-    return likelihood_response(run_admitted(request))
+    typed: LikelihoodRequest = load_json_body(request, SCHEMA)
+    return likelihood_response(run_admitted(typed))

@@ -12,17 +12,18 @@ from service.api.pages import STATIC_DIR, send_page
 from service.api.schemas.meta import HealthSchema, IndexSchema
 from service.kernels import attention
 from service.web.admission import admission_of
-from service.web.blueprint import Blueprint
 from service.web.json_provider import dumps_bytes
 from service.web.metrics import exposition
 from service.web.problems import Problem
-from service.web.spec import API_TITLE, API_VERSION, Api, spec_yaml
-from service.web.statuses import status_name
+from service.web.routes import Routes
+from service.web.spec import API_TITLE, API_VERSION, build_spec, spec_yaml
 
-blp = Blueprint("meta", __name__, description="Probes, metrics, the contract and the index.")
+routes = Routes("meta", __name__, description="Probes, metrics, the contract and the index.")
 
 YAML_MIMETYPE = "application/yaml"
 METRICS_MIMETYPE = "text/plain"
+# app.extensions[ROUTES_EXTENSION]: every Routes the app serves, in order (the contract documents them).
+ROUTES_EXTENSION = "attention_routes"
 HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
 
 # The course's worked example: one query over two keys; softmax([0, 1/√2]) weighs the values.
@@ -36,26 +37,19 @@ def _alive() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@blp.route("/livez", methods=["GET"])
-@blp.doc(operationId="livez")
-@blp.response(200, HealthSchema)
+@routes.get("/livez", operation_id="livez", response=HealthSchema)
 def livez() -> dict[str, str]:
     """Liveness: the process is up and answering (restart it when this fails)."""
     return _alive()
 
 
-@blp.route("/healthz", methods=["GET"])
-@blp.doc(operationId="healthz")
-@blp.response(200, HealthSchema)
+@routes.get("/healthz", operation_id="healthz", response=HealthSchema)
 def healthz() -> dict[str, str]:
     """Liveness, the older name: the same as /livez."""
     return _alive()
 
 
-@blp.route("/readyz", methods=["GET"])
-@blp.doc(operationId="readyz")
-@blp.response(200, HealthSchema)
-@blp.alt_response(503, status_name(503))
+@routes.get("/readyz", operation_id="readyz", response=HealthSchema, errors=(503,))
 def readyz() -> dict[str, str]:
     """Readiness: a tiny attention computation succeeds and is right (send traffic when this passes)."""
     self_check()
@@ -82,44 +76,45 @@ def self_check() -> None:
         raise Problem(503, "The self-check computation gave a wrong answer.", slug="not-ready")
 
 
-@blp.route("/metrics", methods=["GET"])
-@blp.doc(operationId="metrics")
-@blp.doc(
+@routes.get(
+    "/metrics",
+    operation_id="metrics",
     responses={
         "200": {
             "description": "Prometheus metrics of every worker, in the text exposition format "
             "(OpenMetrics when the Accept header asks for it).",
             "content": {METRICS_MIMETYPE: {"schema": {"type": "string"}}},
         }
-    }
+    },
 )
 def metrics() -> Response:
     """Prometheus metrics: requests, latency, body sizes and work sizes per endpoint."""
     return exposition(request.headers.get("Accept"))
 
 
-@blp.route("/openapi.yaml", methods=["GET"])
-@blp.doc(operationId="openapiYaml")
-@blp.doc(responses={"200": {"description": "This contract.", "content": {YAML_MIMETYPE: {"schema": {}}}}})
+@routes.get(
+    "/openapi.yaml",
+    operation_id="openapiYaml",
+    responses={"200": {"description": "This contract.", "content": {YAML_MIMETYPE: {"schema": {}}}}},
+)
 def openapi_yaml() -> Response:
     """The OpenAPI 3.1 contract as YAML, byte for byte the committed openapi.yaml."""
     return Response(_contract()["yaml"], mimetype=YAML_MIMETYPE)
 
 
-@blp.route("/openapi.json", methods=["GET"])
-@blp.doc(operationId="openapiJson")
-@blp.doc(
-    responses={"200": {"description": "This contract.", "content": {"application/json": {"schema": {}}}}}
+@routes.get(
+    "/openapi.json",
+    operation_id="openapiJson",
+    responses={"200": {"description": "This contract.", "content": {"application/json": {"schema": {}}}}},
 )
 def openapi_json() -> Response:
     """The OpenAPI 3.1 contract as JSON."""
     return Response(_contract()["json"], mimetype="application/json")
 
 
-@blp.route("/", methods=["GET"])
-@blp.doc(operationId="index")
-@blp.response(200, IndexSchema)
-@blp.doc(
+@routes.get(
+    "/",
+    operation_id="index",
     responses={
         "200": {
             "description": "The index as JSON; browsers asking for text/html get the playground page.",
@@ -128,7 +123,7 @@ def openapi_json() -> Response:
                 "text/html": {"schema": {"type": "string"}},
             },
         }
-    }
+    },
 )
 def index() -> Any:
     """The index of the endpoints, or the playground when the client prefers HTML (a browser)."""
@@ -149,8 +144,8 @@ def _contract() -> dict[str, Any]:
     """The contract in every form served, built once per app on first use."""
     cache: dict[str, Any] = current_app.extensions.setdefault("contract", {})
     if not cache:
-        api: Api = current_app.extensions["attention_api"]
-        spec = api.spec.to_dict()
+        contract = build_spec(current_app.extensions[ROUTES_EXTENSION])
+        spec = contract.to_dict()
         # A path item also holds shared "parameters"; only its HTTP methods are operations.
         endpoints = [
             {"method": method.upper(), "path": path, "summary": operation.get("summary", "")}
@@ -158,5 +153,5 @@ def _contract() -> dict[str, Any]:
             for method, operation in operations.items()
             if method in HTTP_METHODS
         ]
-        cache.update(yaml=spec_yaml(api), json=dumps_bytes(spec), endpoints=endpoints)
+        cache.update(yaml=spec_yaml(contract), json=dumps_bytes(spec), endpoints=endpoints)
     return cache

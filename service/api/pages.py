@@ -12,10 +12,10 @@ from typing import Any
 from flask import Response, render_template, request
 from werkzeug.security import safe_join
 
-from service.web.blueprint import Blueprint
 from service.web.problems import Problem
+from service.web.routes import Routes
 
-blp = Blueprint("pages", __name__, description="The playground, its widgets and the interactive API docs.")
+routes = Routes("pages", __name__, description="The playground, its widgets and the interactive API docs.")
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 # flask-swagger-ui is used only for the Swagger UI files it ships (its own blueprint would template a page).
@@ -108,9 +108,9 @@ def _send_asset(directory: Path, filename: str, *, max_age: int) -> Response:
     return _send(directory, filename, content_type, max_age=max_age)
 
 
-@blp.route("/static/<path:filename>", methods=["GET"])
-@blp.doc(operationId="staticFile")
-@blp.doc(
+@routes.get(
+    "/static/<path:filename>",
+    operation_id="staticFile",
     summary="The playground's files: widgets.js (the widgets), client.js (the JS client), the page's styles.",
     responses={"200": _content("The file.", *dict.fromkeys(CONTENT_TYPES.values())), "304": NOT_MODIFIED},
 )
@@ -119,9 +119,9 @@ def static_file(filename: str) -> Response:
     return _send_asset(STATIC_DIR, filename, max_age=STATIC_MAX_AGE)
 
 
-@blp.route("/static/widgets/<filename>", methods=["GET"])
-@blp.doc(operationId="widgetFile")
-@blp.doc(
+@routes.get(
+    "/static/widgets/<filename>",
+    operation_id="widgetFile",
     summary="The widgets' ES modules, which widgets.js imports: one per widget, base.js and bigram.js.",
     responses={"200": _content("The module.", "text/javascript"), "304": NOT_MODIFIED},
 )
@@ -130,9 +130,9 @@ def widget_module(filename: str) -> Response:
     return _send_asset(STATIC_DIR / "widgets", filename, max_age=STATIC_MAX_AGE)
 
 
-@blp.route("/docs", methods=["GET"])
-@blp.doc(operationId="docs")
-@blp.doc(responses={"200": _content("Swagger UI for this contract.", "text/html")})
+@routes.get(
+    "/docs", operation_id="docs", responses={"200": _content("Swagger UI for this contract.", "text/html")}
+)
 def docs() -> Response:
     """Interactive documentation of this contract (Swagger UI, served from this service)."""
     response = Response(render_template("docs.html", swagger_ui=f"/docs/swagger-ui/{SWAGGER_UI_VERSION}"))
@@ -141,9 +141,9 @@ def docs() -> Response:
     return response
 
 
-@blp.route("/docs/swagger-ui/<version>/<filename>", methods=["GET"])
-@blp.doc(operationId="swaggerUiFile")
-@blp.doc(
+@routes.get(
+    "/docs/swagger-ui/<version>/<filename>",
+    operation_id="swaggerUiFile",
     summary="Swagger UI's files, at the pinned version.",
     responses={"200": _content("The file.", "text/javascript", "text/css", "image/png"), "304": NOT_MODIFIED},
 )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.api.errors_doc import document_compute_errors
+from flask import request
+
+from service.api.errors_doc import COMPUTE_ERRORS
 from service.api.examples import POSITIONAL_EXAMPLE_REQUEST, POSITIONAL_EXAMPLE_RESPONSE
 from service.api.schemas.positions import (
     PositionalEncodingRequestSchema,
@@ -13,21 +15,28 @@ from service.api.schemas.positions import (
 )
 from service.requests import PositionalEncodingRequest
 from service.web.admission import run_admitted
-from service.web.blueprint import Blueprint
+from service.web.parsing import load_json_body
+from service.web.routes import Routes
 
-blp = Blueprint(
+routes = Routes(
     "positional_encoding",
     __name__,
     url_prefix="/v1",
     description="Sinusoidal and rotary positional encodings.",
 )
+SCHEMA = PositionalEncodingRequestSchema()
 
 
-@blp.route("/positional-encoding", methods=["POST"])
-@blp.doc(operationId="positionalEncoding")
-@blp.arguments(PositionalEncodingRequestSchema(), example=POSITIONAL_EXAMPLE_REQUEST)
-@blp.response(200, PositionalEncodingResponseSchema, example=POSITIONAL_EXAMPLE_RESPONSE)
-@document_compute_errors(blp)
-def positional_encoding_view(request: PositionalEncodingRequest) -> dict[str, Any]:
+@routes.post(
+    "/positional-encoding",
+    operation_id="positionalEncoding",
+    request=SCHEMA,
+    request_example=POSITIONAL_EXAMPLE_REQUEST,
+    response=PositionalEncodingResponseSchema,
+    response_example=POSITIONAL_EXAMPLE_RESPONSE,
+    errors=COMPUTE_ERRORS,
+)
+def positional_encoding_view() -> dict[str, Any]:
     """The sinusoidal table for some positions, or rotary embedding applied to rows at their positions."""
-    return positional_encoding_response(run_admitted(request), include=request.include)
+    typed: PositionalEncodingRequest = load_json_body(request, SCHEMA)
+    return positional_encoding_response(run_admitted(typed), include=typed.include)

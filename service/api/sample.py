@@ -4,29 +4,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.api.errors_doc import document_compute_errors
+from flask import request
+
+from service.api.errors_doc import COMPUTE_ERRORS
 from service.api.examples import SAMPLE_EXAMPLE_REQUEST, SAMPLE_EXAMPLE_RESPONSE
 from service.api.schemas.sample import SampleRequestSchema, SampleResponseSchema, sample_response
 from service.requests import SampleRequest
 from service.web.admission import run_admitted
-from service.web.blueprint import Blueprint
+from service.web.parsing import load_json_body
+from service.web.routes import Routes
 
-blp = Blueprint(
+routes = Routes(
     "sample",
     __name__,
     url_prefix="/v1",
     description="Seeded sampling with temperature, top-k, top-p and min-p.",
 )
+SCHEMA = SampleRequestSchema()
 
 
-@blp.route("/sample", methods=["POST"])
-@blp.doc(operationId="sample")
-@blp.arguments(SampleRequestSchema(), example=SAMPLE_EXAMPLE_REQUEST)
-@blp.response(200, SampleResponseSchema, example=SAMPLE_EXAMPLE_RESPONSE)
-@document_compute_errors(blp)
-def sample_view(request: SampleRequest) -> dict[str, Any]:
+@routes.post(
+    "/sample",
+    operation_id="sample",
+    request=SCHEMA,
+    request_example=SAMPLE_EXAMPLE_REQUEST,
+    response=SampleResponseSchema,
+    response_example=SAMPLE_EXAMPLE_RESPONSE,
+    errors=COMPUTE_ERRORS,
+)
+def sample_view() -> dict[str, Any]:
     """Tokens drawn from each row of the logits, reproducibly from a seed.
 
     From the distribution /v1/softmax shows: temperature, top_k, top_p, min_p, each on what is left.
     """
-    return sample_response(run_admitted(request))
+    typed: SampleRequest = load_json_body(request, SCHEMA)
+    return sample_response(run_admitted(typed))

@@ -4,23 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.api.errors_doc import document_compute_errors
+from flask import request
+
+from service.api.errors_doc import COMPUTE_ERRORS
 from service.api.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
 from service.api.schemas.softmax import SoftmaxRequestSchema, SoftmaxResponseSchema, softmax_response
 from service.requests import SoftmaxRequest
 from service.web.admission import run_admitted
-from service.web.blueprint import Blueprint
+from service.web.parsing import load_json_body
+from service.web.routes import Routes
 
-blp = Blueprint(
+routes = Routes(
     "softmax", __name__, url_prefix="/v1", description="Softmax with temperature, top-k, top-p and min-p."
 )
+SCHEMA = SoftmaxRequestSchema()
 
 
-@blp.route("/softmax", methods=["POST"])
-@blp.doc(operationId="softmax")
-@blp.arguments(SoftmaxRequestSchema(), example=SOFTMAX_EXAMPLE_REQUEST)
-@blp.response(200, SoftmaxResponseSchema, example=SOFTMAX_EXAMPLE_RESPONSE)
-@document_compute_errors(blp)
-def softmax_view(request: SoftmaxRequest) -> dict[str, Any]:
+@routes.post(
+    "/softmax",
+    operation_id="softmax",
+    request=SCHEMA,
+    request_example=SOFTMAX_EXAMPLE_REQUEST,
+    response=SoftmaxResponseSchema,
+    response_example=SOFTMAX_EXAMPLE_RESPONSE,
+    errors=COMPUTE_ERRORS,
+)
+def softmax_view() -> dict[str, Any]:
     """Probabilities over the last axis of the logits, after mask, temperature, top-k, top-p and min-p."""
-    return softmax_response(run_admitted(request), include=request.include)
+    typed: SoftmaxRequest = load_json_body(request, SCHEMA)
+    return softmax_response(run_admitted(typed), include=typed.include)

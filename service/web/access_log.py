@@ -18,11 +18,10 @@ from typing import Any
 
 import orjson
 from flask import Flask, Response
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 
 from service.web.body import bytes_read
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 from service.web.request_clock import seconds_since_start
 
 ACCESS_LOGGER = "service.access"
@@ -117,7 +116,7 @@ def install_access_log(app: Flask) -> None:
         request_steps(app).add_after(_log)
 
 
-def _log(request: Request, g: _AppCtxGlobals, response: Response) -> Response:
+def _log(request: Request, g: RequestGlobals, response: Response) -> Response:
     duration = seconds_since_start(g) or 0.0
     fields: dict[str, Any] = {
         "method": request.method,

@@ -39,14 +39,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from flask import Flask, current_app
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 from werkzeug.wsgi import ClosingIterator
 
 from service.requests import Work
 from service.web.body import CountingInput, body_bytes_read, counting_input
 from service.web.connection import close_connection_after_answer, under_gevent
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 from service.web.limits import admit_work
 from service.web.problems import Problem
 
@@ -425,7 +424,7 @@ def install_admission(app: Flask) -> Admission:
     return admission
 
 
-def _admit_body(request: Request, g: _AppCtxGlobals) -> None:
+def _admit_body(request: Request, g: RequestGlobals) -> None:
     """Refuse a body from its headers (413, or 503 when the budget cannot take it), else set its deadline."""
     if request.content_length in (None, 0) and not _is_chunked(request):
         return

@@ -29,9 +29,11 @@ STREAM_ABOVE_ELEMENTS = 4 * BLOCK_ELEMENTS
 
 
 def _default(value: Any) -> Any:
-    # orjson only takes C-contiguous arrays natively; views and transposes come here.
+    # orjson only takes C-contiguous arrays of at least one dimension natively; views and transposes come
+    # here, and 0-d arrays (a per-row figure of a single row), written as their NumPy scalar, which keeps
+    # the dtype (a float32 total is written with float32's shorter digits; ``.item()`` would widen it).
     if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value)
+        return value[()] if value.ndim == 0 else np.ascontiguousarray(value)
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 import hmac
 
 from flask import Flask
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 from service.web.problems import Problem
 
 PROTECTED_PREFIX = "/v1/"
@@ -57,7 +56,7 @@ def install_api_keys(app: Flask) -> None:
     if not keys:
         return
 
-    def _require_key(request: Request, g: _AppCtxGlobals) -> None:
+    def _require_key(request: Request, g: RequestGlobals) -> None:
         if request.method == "OPTIONS" or not is_protected(request.path):
             return
         token = _bearer_token(request.headers.get("Authorization"))

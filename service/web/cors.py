@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response
+from flask.globals import request_ctx
 from flask_cors import CORS
 from flask_cors.core import (
     ACL_ORIGIN,
@@ -68,7 +69,7 @@ def _cached_cors_headers(options: Any) -> Any:
         set_by_view = response.headers.getlist(ACL_ORIGIN)
         if set_by_view and set_by_view[0]:
             return response  # set by a view already, as flask-cors's own hook respects
-        current_request = request._get_current_object()  # type: ignore[attr-defined]  # once, not per use
+        current_request = request_ctx.request  # once, not through the proxy per use
         headers = current_request.headers
         method = current_request.method
         preflight = method == "OPTIONS"

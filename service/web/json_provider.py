@@ -27,7 +27,18 @@ class OrjsonProvider(JSONProvider):
         return orjson.loads(s)
 
     def response(self, *args: Any, **kwargs: Any) -> Response:
-        obj = self._prepare_response_obj(args, kwargs)
+        obj = _response_object(args, kwargs)
         if should_stream(obj):  # large arrays: written a block at a time, never held whole as bytes
             return Response(encode_in_pieces(obj), mimetype=self.mimetype)
         return Response(dumps_bytes(obj), mimetype=self.mimetype)
+
+
+def _response_object(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What ``jsonify`` documents: one argument as it is, several as a list, keywords as an object."""
+    if args and kwargs:
+        raise TypeError("jsonify() takes positional arguments or keyword arguments, not both")
+    if not args and not kwargs:
+        return None
+    if kwargs:
+        return kwargs
+    return args[0] if len(args) == 1 else list(args)

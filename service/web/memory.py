@@ -14,11 +14,10 @@ import ctypes.util
 from collections.abc import Callable
 
 from flask import Flask, Response
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 
 from service.web.body import bytes_read
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 
 # Bodies at least this large leave enough behind to be worth a trim (the seed request is 100 bytes).
 LARGE_BODY_BYTES = 1024 * 1024
@@ -52,7 +51,7 @@ def install_memory_release(app: Flask) -> None:
     request_steps(app).add_after(_release_after_large_requests)
 
 
-def _release_after_large_requests(request: Request, g: _AppCtxGlobals, response: Response) -> Response:
+def _release_after_large_requests(request: Request, g: RequestGlobals, response: Response) -> Response:
     large_answer = response.is_streamed or (response.content_length or 0) >= LARGE_BODY_BYTES
     if large_answer or bytes_read(request) >= LARGE_BODY_BYTES:
         response.call_on_close(release_freed_memory)

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from flask import Flask, Response, request
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 from prometheus_client import (
     REGISTRY,
@@ -40,7 +39,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.mmap_dict import MmapedDict
 
 from service.web.body import bytes_read
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 from service.web.request_clock import seconds_since_start
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # the *_created series double the output and multiprocess mode has none
@@ -197,7 +196,7 @@ def install_metrics(app: Flask) -> None:
     request_steps(app).add_after(_observe)
 
 
-def _observe(request: Request, g: _AppCtxGlobals, response: Response) -> Response:
+def _observe(request: Request, g: RequestGlobals, response: Response) -> Response:
     endpoint = route_of(request)
     labels = (endpoint, method_label(request.method), status_label(response.status_code))
     latency, requests, body_bytes = _children(labels)

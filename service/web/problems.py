@@ -11,13 +11,12 @@ from urllib.parse import urlsplit
 
 import marshmallow as ma
 from flask import Flask, Response, current_app, has_request_context, request
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import RequestRedirect
 
 from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 from service.web.json_provider import dumps_bytes
 from service.web.request_id import current_request_id
 from service.web.schemas import ResponseSchema
@@ -111,19 +110,9 @@ def problem_from_validation_messages(messages: Any, schema: ma.Schema | None) ->
 
 
 def problem_from_http_exception(error: HTTPException) -> Problem:
-    """Translate werkzeug/webargs exceptions, keeping webargs' per-field messages."""
+    """Translate werkzeug's HTTP errors (routing's 404 and 405, the body limit's 413, …)."""
     status = error.code or 500
-    data = getattr(error, "data", None) or {}
-    headers = dict(data.get("headers") or {})
-    headers.update({k: v for k, v in error.get_headers() if k.lower() == "allow"})  # 405 must say what is
-    messages = data.get("messages")
-    if status == 422 and isinstance(messages, Mapping):
-        return problem_from_validation_messages(messages.get("json", messages), data.get("schema"))
-    if status == 400 and isinstance(messages, Mapping):
-        detail = " ".join(str(m) for m in messages.get("json", []))
-        return Problem(
-            400, detail or "The request body is not valid JSON.", slug="malformed-json", headers=headers
-        )
+    headers = {k: v for k, v in error.get_headers() if k.lower() == "allow"}  # 405 must say what is
     if status == 413:
         limit = current_app.config.get("MAX_CONTENT_LENGTH")
         detail = f"The request body is larger than the limit of {limit:,} bytes (MAX_BODY_BYTES)."
@@ -226,7 +215,7 @@ def problem_from_kernel_error(error: KernelError) -> Problem:
     return Problem(422, detail, slug=slug, title="Invalid request", errors=errors)
 
 
-def _relative_redirects(request: Request, g: _AppCtxGlobals) -> None:
+def _relative_redirects(request: Request, g: RequestGlobals) -> None:
     """Routing's redirects (``/static//x.js`` → ``/static/x.js``) with a relative ``Location``.
 
     werkzeug builds the redirect from the client's ``Host`` header (``http://evil.example/static/x.js``) and

@@ -5,10 +5,9 @@ from __future__ import annotations
 import time
 
 from flask import Flask, g
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 
 
 def install_request_clock(app: Flask) -> None:
@@ -16,7 +15,7 @@ def install_request_clock(app: Flask) -> None:
     request_steps(app).add_before(_start_clock)
 
 
-def _start_clock(request: Request, g: _AppCtxGlobals) -> None:
+def _start_clock(request: Request, g: RequestGlobals) -> None:
     g.request_started = time.perf_counter()
 
 
@@ -25,7 +24,7 @@ def request_seconds() -> float | None:
     return seconds_since_start(g)
 
 
-def seconds_since_start(request_globals: _AppCtxGlobals) -> float | None:
+def seconds_since_start(request_globals: RequestGlobals) -> float | None:
     """:func:`request_seconds` for a request's ``g`` already in hand."""
     started: float | None = getattr(request_globals, "request_started", None)
     return None if started is None else time.perf_counter() - started

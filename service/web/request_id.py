@@ -6,10 +6,9 @@ import os
 import re
 
 from flask import Flask, Response, g, has_request_context
-from flask.ctx import _AppCtxGlobals
 from flask.wrappers import Request
 
-from service.web.hooks import request_steps
+from service.web.hooks import RequestGlobals, request_steps
 
 HEADER = "X-Request-ID"
 # Bounded and free of anything that could forge a log line or a header (no spaces, quotes, CR/LF).
@@ -47,11 +46,11 @@ def install_request_ids(app: Flask) -> None:
     steps.add_after(_echo)
 
 
-def _assign(request: Request, g: _AppCtxGlobals) -> None:
+def _assign(request: Request, g: RequestGlobals) -> None:
     g.request_id = accept_or_generate(request.headers.get(HEADER))
 
 
-def _echo(request: Request, g: _AppCtxGlobals, response: Response) -> Response:
+def _echo(request: Request, g: RequestGlobals, response: Response) -> Response:
     request_id: str | None = getattr(g, "request_id", None)
     if request_id is not None:
         response.headers[HEADER] = request_id

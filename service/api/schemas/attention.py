@@ -177,6 +177,10 @@ class AttentionResponseSchema(ResponseSchema):
 
 def attention_response(result: AttentionResult, *, include: Collection[str]) -> dict[str, Any]:
     """The response body for ``result``: the output and whichever of ATTENTION_INCLUDES were asked for."""
-    body: dict[str, Any] = {"output": result.output, "scale": result.scale, "empty_rows": result.empty_rows}
-    body.update({name: getattr(result, name) for name in ATTENTION_INCLUDES if name in include})
+    # In the documented order (the response schema's), as the answers always were.
+    body: dict[str, Any] = {"output": result.output}
+    body.update(
+        {name: getattr(result, name) for name in ("weights", "scores", "logsumexp") if name in include}
+    )
+    body.update(scale=result.scale, empty_rows=result.empty_rows)
     return body

@@ -91,7 +91,8 @@ class MultiHeadResponseSchema(ResponseSchema):
 
 def multi_head_response(result: MultiHeadResult, *, include: Collection[str]) -> dict[str, Any]:
     """The response body: the output and whichever steps were asked for."""
-    body: dict[str, Any] = {"output": result.output, "scale": result.scale, "empty_rows": result.empty_rows}
+    # In the documented order (the response schema's), as the answers always were.
+    body: dict[str, Any] = {"output": result.output}
     body.update(
         {
             name: getattr(result, name)
@@ -99,4 +100,5 @@ def multi_head_response(result: MultiHeadResult, *, include: Collection[str]) ->
             if name in include
         }
     )
+    body.update(scale=result.scale, empty_rows=result.empty_rows)
     return body

@@ -7,7 +7,7 @@ from typing import Any
 from marshmallow import fields, post_load
 
 from service.api.schemas.common import within
-from service.api.schemas.softmax import SoftmaxRequestSchema
+from service.api.schemas.softmax import DISTRIBUTION_FIELDS
 from service.kernels import SampleResult
 from service.requests import SampleRequest
 from service.web.arrays import Array
@@ -27,10 +27,10 @@ class SampleRequestSchema(RequestSchema):
         metadata={"description": "Divides the logits; 0 is greedy: the argmax, the lowest index on ties."},
     )
     # The distribution's other options are softmax's, so both document (and check) the same meaning.
-    mask = SoftmaxRequestSchema._declared_fields["mask"]
-    top_k = SoftmaxRequestSchema._declared_fields["top_k"]
-    top_p = SoftmaxRequestSchema._declared_fields["top_p"]
-    min_p = SoftmaxRequestSchema._declared_fields["min_p"]
+    mask = DISTRIBUTION_FIELDS["mask"]
+    top_k = DISTRIBUTION_FIELDS["top_k"]
+    top_p = DISTRIBUTION_FIELDS["top_p"]
+    min_p = DISTRIBUTION_FIELDS["min_p"]
     num_samples = StrictInteger(
         load_default=1,
         validate=within(SampleRequest.NUM_SAMPLES),

@@ -14,6 +14,33 @@ from service.web.arrays import Array
 from service.web.fields import StrictFloat, StrictInteger
 from service.web.schemas import RequestSchema, ResponseSchema
 
+# The distribution's options, shared by /v1/softmax and /v1/sample (marshmallow copies declared fields
+# into each schema instance), so both document and check the same meaning.
+DISTRIBUTION_FIELDS: dict[str, fields.Field[Any]] = {
+    "mask": Array.of(
+        SoftmaxRequest.ARRAYS["mask"],
+        metadata={"description": "false = excluded (probability 0); broadcastable to the logits' shape."},
+    ),
+    "top_k": StrictInteger(
+        validate=within(SoftmaxRequest.TOP_K),
+        metadata={"description": "Keep every entry whose logit is at least the k-th largest."},
+    ),
+    "top_p": StrictFloat(
+        validate=within(SoftmaxRequest.TOP_P),
+        metadata={
+            "description": "Keep the smallest set of most probable entries whose probability sums to "
+            "at least p (never fewer than one), after temperature and top_k.",
+        },
+    ),
+    "min_p": StrictFloat(
+        validate=within(SoftmaxRequest.MIN_P),
+        metadata={
+            "description": "Keep the entries whose probability is at least min_p times the largest one, "
+            "after temperature, top_k and top_p (as Hugging Face's MinPLogitsWarper and vLLM)."
+        },
+    ),
+}
+
 
 class SoftmaxRequestSchema(RequestSchema):
     logits = Array.of(
@@ -26,28 +53,10 @@ class SoftmaxRequestSchema(RequestSchema):
         validate=within(SoftmaxRequest.TEMPERATURE),
         metadata={"description": "Divides the logits; 0 is the greedy limit (ties share the probability)."},
     )
-    mask = Array.of(
-        SoftmaxRequest.ARRAYS["mask"],
-        metadata={"description": "false = excluded (probability 0); broadcastable to the logits' shape."},
-    )
-    top_k = StrictInteger(
-        validate=within(SoftmaxRequest.TOP_K),
-        metadata={"description": "Keep every entry whose logit is at least the k-th largest."},
-    )
-    top_p = StrictFloat(
-        validate=within(SoftmaxRequest.TOP_P),
-        metadata={
-            "description": "Keep the smallest set of most probable entries whose probability sums to "
-            "at least p (never fewer than one), after temperature and top_k.",
-        },
-    )
-    min_p = StrictFloat(
-        validate=within(SoftmaxRequest.MIN_P),
-        metadata={
-            "description": "Keep the entries whose probability is at least min_p times the largest one, "
-            "after temperature, top_k and top_p (as Hugging Face's MinPLogitsWarper and vLLM)."
-        },
-    )
+    mask = DISTRIBUTION_FIELDS["mask"]
+    top_k = DISTRIBUTION_FIELDS["top_k"]
+    top_p = DISTRIBUTION_FIELDS["top_p"]
+    min_p = DISTRIBUTION_FIELDS["min_p"]
     include = IncludeList(SoftmaxOutput, default=[], metadata={"description": "Extra arrays to return."})
     precision = precision_field()
 
@@ -76,12 +85,9 @@ class SoftmaxResponseSchema(ResponseSchema):
 
 def softmax_response(result: SoftmaxResult, *, include: Collection[str]) -> dict[str, Any]:
     """The response body for ``result``, with the log-probabilities when they were asked for."""
-    body: dict[str, Any] = {
-        "probabilities": result.probabilities,
-        "entropy": result.entropy,
-        "argmax": result.argmax,
-        "temperature": result.temperature,
-    }
+    # In the documented order (the response schema's), as the answers always were.
+    body: dict[str, Any] = {"probabilities": result.probabilities}
     if "log_probabilities" in include:
         body["log_probabilities"] = result.log_probabilities
+    body.update(entropy=result.entropy, argmax=result.argmax, temperature=result.temperature)
     return body

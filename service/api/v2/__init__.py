@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from service.api.v2.views import blp
+from service.api.v2.views import routes
 
-__all__ = ["blp"]
+__all__ = ["routes"]

@@ -9,7 +9,6 @@ protocol's ``error`` member (service.web.problems adds it under /v2).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from flask import Response, request
@@ -43,7 +42,6 @@ from service.api.v2.tensors import (
     split_body,
 )
 from service.web.admission import run_admitted
-from service.web.blueprint import Blueprint
 from service.web.json_provider import dumps_bytes
 from service.web.parsing import read_body
 from service.web.problems import (
@@ -53,15 +51,14 @@ from service.web.problems import (
     problem_from_validation_messages,
     problem_response,
 )
+from service.web.routes import Routes
 from service.web.spec import API_VERSION
-from service.web.statuses import status_name
 
-blp = Blueprint(
+routes = Routes(
     "v2",
     __name__,
     url_prefix="/v2",
     description="The Open Inference Protocol (KServe v2): the same models as /v1, with binary tensors.",
-    require_json_body=False,  # infer also takes binary tensor data after the JSON header
 )
 
 SERVER_NAME = "attention-service"
@@ -70,26 +67,19 @@ OUTPUT_BINARY_DATA = "binary_data"  # the one output parameter (binary tensor da
 INFER_ERRORS = (*COMPUTE_ERRORS, 422)
 
 
-@blp.route("", methods=["GET"])
-@blp.doc(operationId="serverMetadata")
-@blp.response(200, ServerMetadataSchema)
+@routes.get("", operation_id="serverMetadata", response=ServerMetadataSchema)
 def server_metadata() -> dict[str, Any]:
     """Server metadata: name, version and the protocol extensions supported."""
     return {"name": SERVER_NAME, "version": API_VERSION, "extensions": EXTENSIONS}
 
 
-@blp.route("/health/live", methods=["GET"])
-@blp.doc(operationId="serverLive")
-@blp.response(200, LiveSchema)
+@routes.get("/health/live", operation_id="serverLive", response=LiveSchema)
 def server_live() -> dict[str, bool]:
     """Liveness (as /livez)."""
     return {"live": True}
 
 
-@blp.route("/health/ready", methods=["GET"])
-@blp.doc(operationId="serverReady")
-@blp.response(200, ReadySchema)
-@blp.alt_response(503, status_name(503))
+@routes.get("/health/ready", operation_id="serverReady", response=ReadySchema, errors=(503,))
 def server_ready() -> dict[str, bool]:
     """Readiness (as /readyz: a tiny attention computation succeeds and is right)."""
     self_check()
@@ -99,7 +89,7 @@ def server_ready() -> dict[str, bool]:
 _MODEL_PATH = re.compile(r"/v2/models/(?P<model>[^/]*)(?:/versions/(?P<version>[^/]*))?(?:/.*)?")
 
 
-@blp.app_errorhandler(NotFound)
+@routes.blueprint.app_errorhandler(NotFound)
 def not_found(error: NotFound) -> Response:
     """A 404 under /v2/models names the unknown model or version, as tritonclient shows it; else the usual."""
     match = _MODEL_PATH.fullmatch(request.path)
@@ -139,20 +129,26 @@ def _register(model: Model, prefix: str, suffix: str) -> None:
         f"Infer with the {model.name} model: JSON tensors, or binary tensor data after the JSON header.\n\n"
         f"{model.description} Parameters are the /v1 options, with the same names, defaults and rules."
     )
-    blp.route(prefix, methods=["GET"], endpoint=f"{label}_metadata")(
-        blp.doc(operationId=_operation_id(label, "metadata"))(
-            blp.response(200, ModelMetadataSchema)(metadata)
-        )
-    )
-    blp.route(f"{prefix}/ready", methods=["GET"], endpoint=f"{label}_ready")(
-        blp.doc(operationId=_operation_id(label, "ready"))(
-            blp.alt_response(503, status_name(503))(blp.response(200, ModelReadySchema)(ready))
-        )
-    )
-    documented: Callable[..., Any] = blp.doc(
-        operationId=_operation_id(label, "infer"),
+    routes.get(
+        prefix,
+        endpoint=f"{label}_metadata",
+        operation_id=_operation_id(label, "metadata"),
+        response=ModelMetadataSchema,
+    )(metadata)
+    routes.get(
+        f"{prefix}/ready",
+        endpoint=f"{label}_ready",
+        operation_id=_operation_id(label, "ready"),
+        response=ModelReadySchema,
+        errors=(503,),
+    )(ready)
+    routes.post(
+        f"{prefix}/infer",
+        endpoint=f"{label}_infer",
+        operation_id=_operation_id(label, "infer"),
+        errors=INFER_ERRORS,
         parameters=[{"in": "header", "name": HEADER_LENGTH, "required": False, **HEADER_LENGTH_DOC}],
-        requestBody={
+        request_body={
             "required": True,
             "content": {
                 "application/json": {"schema": inference_request_schema(model)},
@@ -170,9 +166,6 @@ def _register(model: Model, prefix: str, suffix: str) -> None:
             }
         },
     )(infer)
-    for status in INFER_ERRORS:
-        documented = blp.alt_response(status, status_name(status))(documented)
-    blp.route(f"{prefix}/infer", methods=["POST"], endpoint=f"{label}_infer")(documented)
 
 
 def _operation_id(label: str, operation: str) -> str:
