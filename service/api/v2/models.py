@@ -31,6 +31,7 @@ from service.requests import (
     SoftmaxRequest,
 )
 from service.web.fields import StrictBoolean
+from service.web.schemas import RequestSchema
 
 BINARY_DATA_OUTPUT = "binary_data_output"
 FLOAT = ("FP64", "FP32")
@@ -72,7 +73,8 @@ class Model:
 
 
 def parameters_schema(request_schema: type[Schema], name: str, *, exclude: tuple[str, ...]) -> Schema:
-    """The /v1 request schema's option fields, for request parameters: the same names, types and rules.
+    """The /v1 request schema's option fields, for request parameters: the same names, types, rules and
+    reading of ``null``.
 
     Beside them, the binary tensor data extension's ``binary_data_output`` (answer every output as binary).
     """
@@ -84,7 +86,8 @@ def parameters_schema(request_schema: type[Schema], name: str, *, exclude: tuple
     options[BINARY_DATA_OUTPUT] = StrictBoolean(
         load_default=False, metadata={"description": "Answer every output as binary tensor data."}
     )
-    schema: Schema = Schema.from_dict(options, name=name)()
+    # A RequestSchema, as /v1's: unknown parameters are refused and null means "absent" (the default).
+    schema: Schema = RequestSchema.from_dict(options, name=name)()
     return schema
 
 

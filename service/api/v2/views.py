@@ -220,7 +220,7 @@ def _infer(model: Model) -> Response:
     except ValidationError as error:
         raise problem_from_validation_messages(error.messages, model.parameters) from None
     binary_by_default: bool = options.pop(BINARY_DATA_OUTPUT)
-    if "precision" in model.parameters.fields and "precision" not in raw_parameters:
+    if "precision" in model.parameters.fields and raw_parameters.get("precision") is None:
         # The answer's float type follows the inputs': FP32 throughout gives float32.
         floats = [array.dtype for array in arrays.values() if array.dtype.kind == "f"]
         options["precision"] = "float32" if floats and all(d.itemsize == 4 for d in floats) else "float64"
