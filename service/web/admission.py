@@ -16,8 +16,9 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
   ``COMPUTE_QUEUE_SECONDS``, gets a 503 ``overloaded`` with ``Retry-After`` at once (and when a prediction
   proves wrong, once that long has passed); one whose computation outlives ``COMPUTE_DEADLINE_SECONDS`` gets
   a 504, while its thread finishes on its own and only then frees the slot and the request's memory.
-- **A deadline for each body**: ``BODY_TIMEOUT_SECONDS`` plus its length at ``BODY_MIN_BYTES_PER_SECOND``. A
-  body that does not arrive by then (a lying ``Content-Length``, a client that stalls) is answered 408.
+- **A minimum rate for each body**: after ``BODY_TIMEOUT_SECONDS`` of grace it must keep up with
+  ``BODY_MIN_BYTES_PER_SECOND`` (so all of it arrives within the grace plus its length at that rate). A body
+  that falls behind (a lying ``Content-Length``, a client that stalls) is answered 408.
 
 Any request whose body was refused or not read to its end closes its connection after the answer (the server
 is told through :func:`take_close_request`), so a refused upload is never drained.
@@ -117,10 +118,6 @@ class AdmissionLimits:
             body_min_bytes_per_second=int(config["BODY_MIN_BYTES_PER_SECOND"]),
             header_timeout_seconds=float(config["HEADER_TIMEOUT_SECONDS"]),
         )
-
-    def body_seconds(self, length: int) -> float:
-        """How long a body of ``length`` bytes may take to arrive."""
-        return self.body_timeout_seconds + length / self.body_min_bytes_per_second
 
 
 class Reservation:
@@ -442,7 +439,10 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         raise refusal
     counted = counting_input(request.environ)
     if counted is not None:
-        counted.deadline = time.monotonic() + admission.limits.body_seconds(size)
+        limits = admission.limits
+        counted.set_deadline(
+            size, grace_seconds=limits.body_timeout_seconds, bytes_per_second=limits.body_min_bytes_per_second
+        )
 
 
 def _is_chunked(request: Request) -> bool:

@@ -9,6 +9,7 @@ own parse errors from ``read`` — becomes a 400 naming the cause instead of an 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
@@ -29,10 +30,10 @@ class UnreadableBody(BadRequest):
 
 
 class BodyTooSlow(RequestTimeout):
-    """The body did not arrive by its deadline (``BODY_TIMEOUT_SECONDS`` + length at the minimum rate)."""
+    """The body fell behind its minimum rate (``BODY_TIMEOUT_SECONDS`` of grace, then the rate)."""
 
     description = (
-        "The request body did not arrive in time (BODY_TIMEOUT_SECONDS plus its length at "
+        "The request body did not arrive in time (after BODY_TIMEOUT_SECONDS of grace it must keep up with "
         "BODY_MIN_BYTES_PER_SECOND): the connection is closed."
     )
 
@@ -40,16 +41,39 @@ class BodyTooSlow(RequestTimeout):
 class CountingInput:
     """``wsgi.input`` that counts what it hands out; framing errors from the server become a 400.
 
-    With a ``deadline`` (a ``time.monotonic()`` instant, set by admission once the body is admitted) every
-    read under the gevent worker is cut off there: the request is answered 408 and its connection closed.
+    With a deadline (:meth:`set_deadline`, called by admission once the body is admitted) every read under
+    the gevent worker is cut off when the body falls behind its minimum rate: the request is answered 408
+    and its connection closed.
     """
 
     def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
         self.bytes_read = 0
-        self.deadline: float | None = None
+        self.deadline: float | None = None  # by when the whole body must have arrived
+        # When the minimum rate starts to count (after the grace) and the rate: the k-th byte is due at
+        # on_time_from + k / bytes_per_second, so a client cannot send nothing until just before the deadline
+        # of a large claimed length (and hold its share of the memory budget all that time).
+        self._on_time_from = 0.0
+        self._bytes_per_second = math.inf
         self.timed_out = False
         self.ended = False  # a read returned less than it asked for: the body has no byte left
+
+    def set_deadline(self, length: int, *, grace_seconds: float, bytes_per_second: float) -> None:
+        """From now, the body's first byte may take ``grace_seconds``, then it must keep up with the rate.
+
+        ``length`` is the body's claimed length (the largest allowed for a chunked body): its last byte is
+        due ``grace_seconds + length / bytes_per_second`` from now.
+        """
+        now = time.monotonic()
+        self._on_time_from = now + grace_seconds
+        self._bytes_per_second = bytes_per_second
+        self.deadline = self._on_time_from + length / bytes_per_second
+
+    def _due(self, size: int | None) -> float | None:
+        """When a read of ``size`` bytes (None or negative: the rest of the body) must have completed."""
+        if self.deadline is None or size is None or size < 0:
+            return self.deadline
+        return min(self.deadline, self._on_time_from + (self.bytes_read + size) / self._bytes_per_second)
 
     def _count(self, data: bytes, size: int | None) -> bytes:
         self.bytes_read += len(data)
@@ -58,13 +82,14 @@ class CountingInput:
         return data
 
     @contextlib.contextmanager
-    def _within_deadline(self) -> Iterator[None]:
-        if self.deadline is None or not under_gevent():
+    def _within_deadline(self, size: int | None) -> Iterator[None]:
+        due = self._due(size)
+        if due is None or not under_gevent():
             yield
             return
         import gevent  # only under the gevent worker, where it is loaded already
 
-        timer = gevent.Timeout(max(0.0, self.deadline - time.monotonic()))
+        timer = gevent.Timeout(max(0.0, due - time.monotonic()))
         try:
             with timer:
                 yield
@@ -77,7 +102,7 @@ class CountingInput:
 
     def read(self, size: int | None = -1) -> bytes:
         try:
-            with self._within_deadline():
+            with self._within_deadline(size):
                 return self._count(self._stream.read(size) if size is not None else self._stream.read(), size)
         except (OSError, ValueError):
             raise  # a disconnect: werkzeug's LimitedStream turns these into ClientDisconnected (400)
@@ -88,7 +113,7 @@ class CountingInput:
 
     def readline(self, size: int | None = -1) -> bytes:
         try:
-            with self._within_deadline():
+            with self._within_deadline(size):
                 data = self._stream.readline(size) if size is not None else self._stream.readline()
             self.bytes_read += len(data)
             if not data:

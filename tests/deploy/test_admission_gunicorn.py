@@ -110,6 +110,21 @@ def test_a_lying_content_length_is_answered_408_and_closed(server: Server) -> No
     assert b"BODY_TIMEOUT_SECONDS" in rest
 
 
+def test_a_body_must_keep_up_with_the_minimum_rate_from_its_first_byte(server: Server) -> None:
+    """A Content-Length of 16 MiB with one byte sent: at 1 MiB/s its last byte may come 1 + 16 s after the
+    head, but the first 64 KiB are due 1 s + 1/16 s after it. A deadline for the whole body only would hold
+    the connection (and 16 MiB of the worker's memory budget, so 18 such lies, about 1 KB sent in all,
+    refused every upload over 64 KiB for 74 s at the defaults) past the socket's 10 s timeout here."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 16777216\r\n\r\n{"
+        )
+        first, rest = read_answer(sock)
+    assert first.startswith(b"HTTP/1.1 408"), first + rest
+    assert b"Connection: close" in rest
+
+
 def test_a_crowd_of_idle_connections_cannot_keep_a_probe_out(server: Server) -> None:
     """60 connections that send nothing, against a worker that holds 40: the longest idle make room."""
     crowd = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(CROWD)]
