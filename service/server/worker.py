@@ -7,10 +7,11 @@ worker. What it lacks, and this subclass adds through the worker's public method
   a kept-alive connection may then wait ``GUNICORN_KEEPALIVE`` seconds for the next one (gunicorn uses the
   keep-alive time for both).
 - **Room for new connections.** A worker holds at most ``worker_connections`` connections. When it holds more
-  than :data:`CROWDED_SHARE` of them, the connections that have waited longest for a request head (idle
-  keep-alives, and clients that connect and send nothing or trickle their headers) are closed first, on each
-  new connection and every :data:`SWEEP_SECONDS`, so a crowd cannot keep the worker full for long and a
-  probe or a real client always gets in.
+  than :data:`CROWDED_SHARE` of them, the connections that have waited longest for the client (idle
+  keep-alives, clients that connect and send nothing or trickle their headers, bodies that stall, such as
+  a lying ``Content-Length``: those are answered 408) are closed first, on each new connection and every
+  :data:`SWEEP_SECONDS`, so a crowd cannot keep the worker full for long and a probe or a real client
+  always gets in.
 - **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
   before the app runs; an upload the app would refuse from its headers (413, or 503 when the worker's
   memory budget cannot take it) is answered here instead, and its connection closed.
@@ -36,7 +37,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from service.server.problems import write_problem
 from service.web.admission import admission_of, refusal_before_body
-from service.web.connection import on_close_request, take_close_request
+from service.web.connection import on_close_request, on_stall_watch, take_close_request
 from service.web.problems import Problem
 from service.web.statuses import status_phrase
 
@@ -52,24 +53,29 @@ LINGER_SECONDS = 2.0
 LINGER_READ_BYTES = 64 * 1024
 
 
-class _HeadWait:
-    """``with`` it around reading a request head: a timeout that the worker can also fire early."""
+class _Wait:
+    """``with`` it around a read that waits for the client; the worker can end it early by raising
+    ``timeout`` in it. As such it stands for a body read (service/web/body.py), whose own deadline raised
+    early answers 408 and closes the connection."""
 
-    def __init__(self, waits: IdleConnections, seconds: float) -> None:
+    def __init__(self, waits: IdleConnections, timeout: gevent.Timeout) -> None:
         self._waits = waits
-        self.timeout = gevent.Timeout(seconds, False)  # False: the with block just ends, and gunicorn closes
+        self.timeout = timeout
         self.greenlet = gevent.getcurrent()
         self.since = 0.0
 
-    def __enter__(self) -> _HeadWait:
+    def __enter__(self) -> _Wait:
         self.since = time.monotonic()
         self._waits.waiting[self] = None
-        self.timeout.start()
         return self
 
     def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
         self._waits.waiting.pop(self, None)
-        return bool(self.timeout.__exit__(kind, value, traceback))
+        return self.swallows(kind, value, traceback)
+
+    def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
+        """Whether the wait's end is swallowed here: no, a body read's own deadline handler answers it."""
+        return False
 
     def end_now(self) -> None:
         """End the wait at once, as if its timeout had fired (from the event loop, while it still waits)."""
@@ -77,6 +83,22 @@ class _HeadWait:
         if self in self._waits.waiting:
             self._waits.waiting.pop(self, None)
             self.greenlet.throw(self.timeout)
+
+
+class _HeadWait(_Wait):
+    """``with`` it around reading a request head: a timeout that the worker can also fire early."""
+
+    def __init__(self, waits: IdleConnections, seconds: float) -> None:
+        # False: when it fires the with block just ends, and gunicorn closes the connection
+        super().__init__(waits, gevent.Timeout(seconds, False))
+
+    def __enter__(self) -> _HeadWait:
+        super().__enter__()
+        self.timeout.start()
+        return self
+
+    def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
+        return bool(self.timeout.__exit__(kind, value, traceback))
 
 
 def linger(sock: socket.socket) -> None:
@@ -102,13 +124,17 @@ def linger(sock: socket.socket) -> None:
 
 
 class IdleConnections:
-    """The connections waiting for a request head, oldest wait first."""
+    """The connections waiting for the client (a request head, or more of a body), oldest wait first."""
 
     def __init__(self) -> None:
-        self.waiting: dict[_HeadWait, None] = {}  # insertion-ordered: the oldest wait first
+        self.waiting: dict[_Wait, None] = {}  # insertion-ordered: the oldest wait first
 
     def wait(self, seconds: float) -> _HeadWait:
         return _HeadWait(self, seconds)
+
+    def body_wait(self, timeout: BaseException) -> _Wait:
+        assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
+        return _Wait(self, timeout)
 
     def close_longest_idle(self, count: int) -> int:
         """End up to ``count`` waits that lasted :data:`MIN_IDLE_SECONDS` or more; how many were ended."""
@@ -177,6 +203,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # must_close (of gunicorn's request message) makes the answer say "Connection: close" and ends the
         # connection after it
         on_close_request(lambda: setattr(req, "must_close", True))
+        on_stall_watch(self.idle.body_wait)
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
         except StopIteration:
@@ -185,6 +212,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             raise
         finally:
             on_close_request(None)
+            on_stall_watch(None)
         if take_close_request():
             linger(sock)
             raise StopIteration()

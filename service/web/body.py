@@ -18,7 +18,7 @@ from flask import Flask, has_request_context, request
 from flask.wrappers import Request
 from werkzeug.exceptions import BadRequest, RequestTimeout
 
-from service.web.connection import close_connection_after_answer, under_gevent
+from service.web.connection import close_connection_after_answer, stall_watch, under_gevent
 
 _ENVIRON_KEY = "attention.body"
 
@@ -30,7 +30,8 @@ class UnreadableBody(BadRequest):
 
 
 class BodyTooSlow(RequestTimeout):
-    """The body fell behind its minimum rate (``BODY_TIMEOUT_SECONDS`` of grace, then the rate)."""
+    """The body fell behind its minimum rate (``BODY_TIMEOUT_SECONDS`` of grace, then the rate), or stalled
+    while its worker needed the room for other connections."""
 
     description = (
         "The request body did not arrive in time (after BODY_TIMEOUT_SECONDS of grace it must keep up with "
@@ -43,7 +44,8 @@ class CountingInput:
 
     With a deadline (:meth:`set_deadline`, called by admission once the body is admitted) every read under
     the gevent worker is cut off when the body falls behind its minimum rate: the request is answered 408
-    and its connection closed.
+    and its connection closed. While a read waits, the server may also end it early to make room for other
+    connections (:func:`~service.web.connection.stall_watch`).
     """
 
     def __init__(self, stream: IO[bytes]) -> None:
@@ -91,7 +93,7 @@ class CountingInput:
 
         timer = gevent.Timeout(max(0.0, due - time.monotonic()))
         try:
-            with timer:
+            with stall_watch(timer), timer:
                 yield
         except gevent.Timeout as fired:
             if fired is not timer:

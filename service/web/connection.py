@@ -9,8 +9,11 @@ each gevent greenlet (one per connection) and each thread has its own.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 try:  # the default worker's event loop; the service also runs without it (the test client, flask run)
     import gevent.monkey
@@ -22,6 +25,10 @@ _close_after_answer: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 # Set by the server around each request: how to make the answer itself say ``Connection: close``.
 _closer: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("closer", default=None)
+# Set by the server around each request: how a body read that waits for the client is put among the waits
+# the server may end early when it needs room for other connections.
+StallWatch = Callable[[BaseException], AbstractContextManager[Any]]
+_stall_watch: contextvars.ContextVar[StallWatch | None] = contextvars.ContextVar("stall_watch", default=None)
 
 
 def under_gevent() -> bool:
@@ -48,3 +55,15 @@ def take_close_request() -> bool:
     if wanted:
         _close_after_answer.set(False)
     return wanted
+
+
+def on_stall_watch(watch: StallWatch | None) -> None:
+    """Have :func:`stall_watch` use ``watch`` (the server's, for this request)."""
+    _stall_watch.set(watch)
+
+
+def stall_watch(timeout: BaseException) -> AbstractContextManager[Any]:
+    """``with`` it around a read that waits for the client: the server may end the wait early, when it is
+    crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it."""
+    watch = _stall_watch.get()
+    return watch(timeout) if watch is not None else contextlib.nullcontext()

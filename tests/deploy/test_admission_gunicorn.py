@@ -51,6 +51,14 @@ def heavy_server() -> Iterator[Server]:
     assert running.terminate() == 0, running.log()
 
 
+@pytest.fixture(scope="module")
+def patient_server() -> Iterator[Server]:
+    """One worker of 40 connections with the default body deadline (10 s): a lie is not cut short by it."""
+    running = start(env={"GUNICORN_WORKER_CONNECTIONS": str(WORKER_CONNECTIONS)}, workers=1)
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
 def read_answer(sock: socket.socket) -> tuple[bytes, bytes]:
     """Everything the server sends until it closes the connection: the first line and the rest."""
     received = b""
@@ -123,6 +131,27 @@ def test_a_body_must_keep_up_with_the_minimum_rate_from_its_first_byte(server: S
         first, rest = read_answer(sock)
     assert first.startswith(b"HTTP/1.1 408"), first + rest
     assert b"Connection: close" in rest
+
+
+def test_a_crowd_of_stalled_bodies_cannot_keep_a_probe_out(patient_server: Server) -> None:
+    """60 lying POST heads (Content-Length 1000, one byte sent) against a worker that holds 40, whose body
+    deadline is 10 s: the reads that have waited longest are ended (408) to make room, as idle heads are, so
+    the probe gets in well before the lies' own deadline (the issue's 2,100 lies kept /livez out until it)."""
+    crowd: list[socket.socket] = []
+    try:
+        for _ in range(CROWD):
+            sock = socket.create_connection(("127.0.0.1", patient_server.port), timeout=10)
+            sock.sendall(
+                b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 1000\r\n\r\n{"
+            )
+            crowd.append(sock)
+        time.sleep(1.5)  # past MIN_IDLE_SECONDS, so the stalled reads are evictable
+        answer = httpx.get(patient_server.url("/livez"), timeout=5)
+        assert answer.status_code == 200
+    finally:
+        for sock in crowd:
+            sock.close()
 
 
 def test_a_crowd_of_idle_connections_cannot_keep_a_probe_out(server: Server) -> None:
