@@ -6,8 +6,9 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
   bodies being read, computations, and answers being written reserve from it and give their share back when
   the answer has been sent. A body is refused from its headers, before any of its bytes are read: 413 over
   ``MAX_BODY_BYTES``, 503 ``overloaded`` when the budget cannot take it now. Uploads larger than
-  :data:`SMALL_BODY_BYTES` may hold at most :data:`UPLOAD_SHARE` of the budget between them, so a crowd of
-  held uploads always leaves room for small requests.
+  :data:`SMALL_BODY_BYTES` may hold at most :data:`UPLOAD_SHARE` of the budget between them, and they and
+  the computations leave :data:`SMALL_REQUEST_SHARE` of it to small requests, so neither a crowd of held
+  uploads nor the largest computation keeps the worked example out.
 - **Compute slots** (``COMPUTE_SLOTS``, one per worker by default; work of at most
   :data:`INLINE_WORK_ELEMENTS` elements needs none and runs at once) behind a bounded queue
   (``COMPUTE_QUEUE_LENGTH``). Under the gevent worker a kernel runs on a real thread, so the worker's event
@@ -72,6 +73,10 @@ HELD_PER_WORK_ELEMENT = 24
 # the budget between them while they are being read.
 SMALL_BODY_BYTES = 64 * 1024
 UPLOAD_SHARE = 0.75
+# Large uploads and computations (work that needs a compute slot) leave this share of the budget to small
+# requests: a computation's estimate can be the whole budget (the largest the default limits accept is), and
+# without this the worked example found no room for its 57-byte body while one ran.
+SMALL_REQUEST_SHARE = 1 / 16
 # Work up to this many elements (well under a millisecond of arithmetic: the worked example is 4) is computed
 # at once, without a compute slot; larger work waits for a slot and runs on its thread.
 INLINE_WORK_ELEMENTS = 16_384
@@ -128,10 +133,11 @@ class Reservation:
         self.held_bytes = 0
         self.upload_bytes = 0
 
-    def take(self, size: int, *, upload: bool = False) -> bool:
-        """Reserve ``size`` more bytes (an ``upload`` counts against uploads' share too); False if no room."""
+    def take(self, size: int, *, upload: bool = False, large: bool = False) -> bool:
+        """Reserve ``size`` more bytes (an ``upload`` counts against uploads' share too; it and a ``large``
+        request leave small requests their room); False if no room."""
         upload = upload and size > SMALL_BODY_BYTES
-        if not self._admission.try_hold(size, upload=upload):
+        if not self._admission.try_hold(size, upload=upload, computation=large):
             return False
         self.held_bytes += size
         if upload:
@@ -177,12 +183,17 @@ class Admission:
         self._pool: Any = None
 
     # --- memory ---------------------------------------------------------------------------------------------
-    def try_hold(self, size: int, *, upload: bool) -> bool:
+    def try_hold(self, size: int, *, upload: bool, computation: bool = False) -> bool:
         with self._lock:
-            return self._try_hold_locked(size, upload=upload)
+            return self._try_hold_locked(size, upload=upload, computation=computation)
 
-    def _try_hold_locked(self, size: int, *, upload: bool) -> bool:
+    def large_request_budget(self) -> int:
+        """What large uploads and computations may hold between them: the budget less small requests' room."""
         budget = self.limits.memory_budget_bytes
+        return budget - int(SMALL_REQUEST_SHARE * budget)
+
+    def _try_hold_locked(self, size: int, *, upload: bool, computation: bool = False) -> bool:
+        budget = self.large_request_budget() if upload or computation else self.limits.memory_budget_bytes
         if self.held_bytes + size > budget:
             return False
         if upload and self.upload_bytes + size > UPLOAD_SHARE * budget:
@@ -228,7 +239,7 @@ class Admission:
         """
         estimate = self.estimate_seconds(work_elements)
         # What the request already holds (its body) is part of what it needs to compute.
-        memory_bytes = max(0, min(memory_bytes, self.limits.memory_budget_bytes) - reservation.held_bytes)
+        memory_bytes = max(0, min(memory_bytes, self.large_request_budget()) - reservation.held_bytes)
         waiter = self._enter(estimate, memory_bytes)
         token = id(waiter)
         started = time.monotonic()
@@ -292,7 +303,7 @@ class Admission:
                 while not (
                     self._queue[0] is waiter
                     and self.busy_slots < limits.compute_slots
-                    and self._try_hold_locked(memory_bytes, upload=False)
+                    and self._try_hold_locked(memory_bytes, upload=False, computation=True)
                 ):
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -351,7 +362,7 @@ def refusal_before_body(admission: Admission, content_length: int | None) -> Pro
     size = limits.max_body_bytes if content_length is None else content_length
     budget = limits.memory_budget_bytes
     upload = size > SMALL_BODY_BYTES
-    if admission.held_bytes + size > budget or (
+    if admission.held_bytes + size > (admission.large_request_budget() if upload else budget) or (
         upload and admission.upload_bytes + size > UPLOAD_SHARE * budget
     ):
         return overloaded(
@@ -387,8 +398,11 @@ def run_admitted(computation: Computation[T]) -> T:
     reservation = _current.get()
     if admission is None or reservation is None:
         return computation.run()
-    memory = HELD_PER_BODY_BYTE * body_bytes_read() + HELD_PER_WORK_ELEMENT * work.elements
-    if work.elements <= INLINE_WORK_ELEMENTS and reservation.take(max(0, memory - reservation.held_bytes)):
+    body_bytes = body_bytes_read()
+    memory = HELD_PER_BODY_BYTE * body_bytes + HELD_PER_WORK_ELEMENT * work.elements
+    if work.elements <= INLINE_WORK_ELEMENTS and reservation.take(
+        max(0, memory - reservation.held_bytes), large=body_bytes > SMALL_BODY_BYTES
+    ):
         # Small work runs at once on the worker's own loop, beside the slots: it costs less than handing it to
         # a thread, and a request as small as the worked example never waits behind another's computation.
         return computation.run()

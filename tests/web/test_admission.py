@@ -269,3 +269,36 @@ def test_an_abandoned_computation_keeps_its_memory_until_its_thread_ends(
             break
         gevent.sleep(0.01)
     assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots) == (0, 0, 0)
+
+
+def test_the_worked_example_finds_room_while_the_largest_computation_runs(app: Flask) -> None:
+    """A computation's estimate (24 bytes a work element, 16 a body byte) may be the whole budget or more: the
+    largest one the default limits accept is. Computations and large uploads leave a share of the budget to
+    small requests, so the worked example is still answered (a 503 before: its 57-byte body found no room)."""
+    client = app.test_client()
+    admission = admission_of(app)
+    assert admission is not None
+    budget = admission.limits.memory_budget_bytes
+    blocker = Blocker()
+    heavy = Reservation(admission)
+    runner = threading.Thread(
+        target=admission.run,
+        args=(blocker,),
+        kwargs={"work_elements": 1 << 20, "memory_bytes": 10 * budget, "reservation": heavy},
+    )
+    runner.start()
+    try:
+        assert blocker.started.wait(10)
+        assert admission.held_bytes >= budget // 2
+        with client.post("/v1/attention", json=SEED) as seed:
+            assert seed.status_code == 200
+            assert seed.json is not None
+            assert seed.json["weights"] == pytest.approx([0.3302384506733431, 0.6697615493266569], rel=1e-12)
+        refused = refusal_before_body(admission, SMALL_BODY_BYTES + 1)  # a large upload is kept out of it
+        assert refused is not None
+        assert (refused.status, refused.slug) == (503, "overloaded")
+    finally:
+        blocker.release.set()
+        runner.join(10)
+        heavy.release()
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots) == (0, 0, 0)
