@@ -9,8 +9,8 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
   :data:`SMALL_BODY_BYTES` may hold at most :data:`UPLOAD_SHARE` of the budget between them, and they and
   the computations leave :data:`SMALL_REQUEST_SHARE` of it to small requests, so neither a crowd of held
   uploads nor the largest computation keeps the worked example out.
-- **Compute slots** (``COMPUTE_SLOTS``, one per worker by default; work of at most
-  :data:`INLINE_WORK_ELEMENTS` elements needs none and runs at once) behind a bounded queue
+- **Compute slots** (``COMPUTE_SLOTS``, one per worker by default; work estimated at most
+  :data:`NO_SLOT_SECONDS` needs none and runs at once) behind a bounded queue
   (``COMPUTE_QUEUE_LENGTH``). Under the gevent worker a kernel runs on a real thread, so the worker's event
   loop goes on reading other connections, answering probes and beating gunicorn's heartbeat while it
   computes. A request that finds the queue full, or whose predicted wait is over
@@ -63,10 +63,11 @@ T_co = TypeVar("T_co", covariant=True)
 _EXTENSION = "attention_admission"
 _RESERVATION_KEY = "attention.reservation"
 
-# What parsing and computing a request holds at its peak, per byte of body and per element of its largest
-# array: a JSON body parses to up to 8 bytes of Python objects per byte before it becomes arrays, and an
-# element is 8 bytes held as the result plus temporaries (docs/operations.md, "Memory budget", has the
-# measured peaks these bound).
+# What parsing and computing a request holds at its peak, per byte of body and per element of the arrays it
+# holds whole (its MAX_WORK_ELEMENTS bounds, or its answer): a JSON body parses to up to 8 bytes of Python
+# objects per byte before it becomes arrays, and an element is 8 bytes held as the result plus temporaries
+# (docs/operations.md, "Memory budget", has the measured peaks these bound). Work done in blocks of rows
+# (output-only attention) holds only its answer whole.
 HELD_PER_BODY_BYTE = 16
 HELD_PER_WORK_ELEMENT = 24
 # Bodies up to this size are always small next to the budget; larger uploads may hold at most UPLOAD_SHARE of
@@ -77,12 +78,17 @@ UPLOAD_SHARE = 0.75
 # requests: a computation's estimate can be the whole budget (the largest the default limits accept is), and
 # without this the worked example found no room for its 57-byte body while one ran.
 SMALL_REQUEST_SHARE = 1 / 16
-# Work up to this many elements (well under a millisecond of arithmetic: the worked example is 4) is computed
-# at once, without a compute slot; larger work waits for a slot and runs on its thread.
-INLINE_WORK_ELEMENTS = 16_384
-# The wait predictor's model of a computation: a fixed cost per call plus a cost per work element.
-# Computations of fewer elements than this teach it the fixed cost; larger ones the cost per element.
-LARGE_WORK_ELEMENTS = 100_000
+# Work expected to take at most this much CPU (the worked example: microseconds of arithmetic) is computed at
+# once, without a compute slot; larger work waits for a slot.
+NO_SLOT_SECONDS = 0.001
+# A computation expected to take at most this long runs on the worker's loop when it has its slot: the loop
+# (probes, other connections) waits that long at most, far inside /livez's 1 s, and saves the hand-over to
+# the thread (measured: 512 × 512 with weights served 25 % fewer requests per second on the thread).
+INLINE_SECONDS = 0.05
+# The wait predictor's model of a computation: a fixed cost per call plus the typed request's own estimate
+# of its CPU seconds (``Work.estimated_cpu_seconds``) times a speed learnt on this machine. Computations
+# estimated under this teach it the fixed cost; longer ones the speed.
+LEARN_SPEED_FROM_SECONDS = 0.005
 
 
 def overloaded(detail: str, retry_after: float) -> Problem:
@@ -176,10 +182,10 @@ class Admission:
         self.busy_slots = 0
         self._queue: deque[_Waiter] = deque()
         self._running: dict[int, tuple[float, float]] = {}  # id -> (started, estimated seconds)
-        # Seconds per call and per work element, learnt from this process's own computations, to predict
-        # waits. They start at 1 ms and the documented worst case: 2 s for the most work the limits admit.
+        # The fixed seconds per call and the ratio of measured to estimated seconds, learnt from this
+        # process's own computations to predict waits (the estimates err high, so the ratio starts at 1).
         self.seconds_per_call = 0.001
-        self.seconds_per_element = 2.0 / (1 << 24)
+        self.speed = 1.0
         self._pool: Any = None
 
     # --- memory ---------------------------------------------------------------------------------------------
@@ -218,9 +224,9 @@ class Admission:
         """Requests waiting for a compute slot now."""
         return len(self._queue)
 
-    def estimate_seconds(self, work_elements: int) -> float:
-        """How long this process expects a computation of ``work_elements`` to take."""
-        return self.seconds_per_call + work_elements * self.seconds_per_element
+    def estimate_seconds(self, estimated_cpu_seconds: float) -> float:
+        """How long this process expects a computation to take, from the request's own estimate."""
+        return self.seconds_per_call + estimated_cpu_seconds * self.speed
 
     def predicted_wait(self, now: float) -> float:
         """Seconds until a slot frees for a request arriving now: what runs and what queues ahead of it."""
@@ -230,14 +236,14 @@ class Admission:
         return first_free + queued
 
     def run(
-        self, compute: Callable[[], T], *, work_elements: int, memory_bytes: int, reservation: Reservation
+        self, compute: Callable[[], T], *, cpu_seconds: float, memory_bytes: int, reservation: Reservation
     ) -> T:
         """Run ``compute`` in a compute slot, holding ``memory_bytes`` of the budget from the start.
 
         The memory stays reserved (in ``reservation``) until the answer has been sent; raises the 503 and 504
         problems described in the module's docstring.
         """
-        estimate = self.estimate_seconds(work_elements)
+        estimate = self.estimate_seconds(cpu_seconds)
         # What the request already holds (its body) is part of what it needs to compute.
         memory_bytes = max(0, min(memory_bytes, self.large_request_budget()) - reservation.held_bytes)
         waiter = self._enter(estimate, memory_bytes)
@@ -246,11 +252,13 @@ class Admission:
         with self._lock:
             self._running[token] = (started, estimate)
         reservation.held_bytes += memory_bytes
-        if not under_gevent():
+        if estimate <= INLINE_SECONDS or not under_gevent():
+            # Short enough to run on the loop itself (it holds its slot all the same): handing it to a thread
+            # would cost more, in switches between the loop and the thread, than the loop waits for it.
             try:
                 return compute()
             finally:
-                self._leave(token, started, work_elements)
+                self._leave(token, started, cpu_seconds)
         if self._pool is None:
             self._pool = ThreadPool(self.limits.compute_slots)
         result = self._pool.spawn(compute)
@@ -259,13 +267,13 @@ class Admission:
         except BaseException as error:
             timed_out = isinstance(error, gevent.Timeout)
             if not timed_out and result.ready():  # the computation itself raised: its thread is done
-                self._leave(token, started, work_elements)
+                self._leave(token, started, cpu_seconds)
                 raise
             # The thread cannot be stopped: it finishes on its own, still holding the inputs and arrays it
             # computes with, so it keeps the request's share of the budget (not just its slot) until then,
             # although the request is answered now.
             abandoned = reservation.hand_over()
-            gevent.spawn(self._leave_when_done, result, token, started, work_elements, abandoned)
+            gevent.spawn(self._leave_when_done, result, token, started, cpu_seconds, abandoned)
             if not timed_out:
                 raise  # the request's greenlet was killed while it waited (a worker shutting down)
             raise Problem(
@@ -275,7 +283,7 @@ class Admission:
                 slug="deadline-exceeded",
                 title="Deadline exceeded",
             ) from None
-        self._leave(token, started, work_elements)
+        self._leave(token, started, cpu_seconds)
         return value
 
     def _enter(self, estimate: float, memory_bytes: int) -> _Waiter:
@@ -320,25 +328,25 @@ class Admission:
             self.busy_slots += 1
         return waiter
 
-    def _leave(self, token: int, started: float, work_elements: int) -> None:
+    def _leave(self, token: int, started: float, cpu_seconds: float) -> None:
         seconds = time.monotonic() - started
         with self._changed:
             self.busy_slots -= 1
             self._running.pop(token, None)
             # Moving averages: the newest computation counts for a fifth.
-            if work_elements < LARGE_WORK_ELEMENTS:
+            if cpu_seconds < LEARN_SPEED_FROM_SECONDS:
                 self.seconds_per_call += (seconds - self.seconds_per_call) / 5
             else:
-                per_element = max(0.0, seconds - self.seconds_per_call) / work_elements
-                self.seconds_per_element += (per_element - self.seconds_per_element) / 5
+                speed = max(0.0, seconds - self.seconds_per_call) / cpu_seconds
+                self.speed += (speed - self.speed) / 5
             self._changed.notify_all()
 
     def _leave_when_done(
-        self, result: Any, token: int, started: float, work_elements: int, held: Reservation
+        self, result: Any, token: int, started: float, cpu_seconds: float, held: Reservation
     ) -> None:
         result.wait()
         held.release()
-        self._leave(token, started, work_elements)
+        self._leave(token, started, cpu_seconds)
 
 
 def admission_of(app: Flask) -> Admission | None:
@@ -390,7 +398,7 @@ def run_admitted(computation: Computation[T]) -> T:
 
     Every protocol's view calls this, and only this, between building its typed request and encoding the
     result. The computation's memory (:data:`HELD_PER_BODY_BYTE` per body byte, :data:`HELD_PER_WORK_ELEMENT`
-    per work element) is held from the budget until the answer has been sent.
+    per element held whole: :func:`held_elements`) is held from the budget until the answer has been sent.
     """
     work = computation.work()
     admit_work(work)
@@ -399,16 +407,27 @@ def run_admitted(computation: Computation[T]) -> T:
     if admission is None or reservation is None:
         return computation.run()
     body_bytes = body_bytes_read()
-    memory = HELD_PER_BODY_BYTE * body_bytes + HELD_PER_WORK_ELEMENT * work.elements
-    if work.elements <= INLINE_WORK_ELEMENTS and reservation.take(
+    memory = HELD_PER_BODY_BYTE * body_bytes + HELD_PER_WORK_ELEMENT * held_elements(work)
+    cpu_seconds = work.estimated_cpu_seconds
+    if cpu_seconds <= NO_SLOT_SECONDS and reservation.take(
         max(0, memory - reservation.held_bytes), large=body_bytes > SMALL_BODY_BYTES
     ):
         # Small work runs at once on the worker's own loop, beside the slots: it costs less than handing it to
         # a thread, and a request as small as the worked example never waits behind another's computation.
         return computation.run()
     return admission.run(
-        computation.run, work_elements=work.elements, memory_bytes=memory, reservation=reservation
+        computation.run, cpu_seconds=cpu_seconds, memory_bytes=memory, reservation=reservation
     )
+
+
+def held_elements(work: Work) -> int:
+    """The elements ``work`` holds whole: its largest ``MAX_WORK_ELEMENTS`` bound, or its answer if larger.
+
+    Its other bounds (e.g. ``MAX_OUTPUT_ONLY_WORK_ELEMENTS``: scores computed a block of rows at a time)
+    measure time, not memory.
+    """
+    held = [bound.amount for bound in work.bounds if bound.setting == "MAX_WORK_ELEMENTS"]
+    return max([work.answer_elements, *held])
 
 
 def install_admission(app: Flask) -> Admission:

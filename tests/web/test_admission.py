@@ -105,7 +105,7 @@ def busy_admission() -> Iterator[tuple[Admission, Blocker]]:
     runner = threading.Thread(
         target=admission.run,
         args=(blocker,),
-        kwargs={"work_elements": 1 << 30, "memory_bytes": MIB, "reservation": Reservation(admission)},
+        kwargs={"cpu_seconds": 120.0, "memory_bytes": MIB, "reservation": Reservation(admission)},
     )
     runner.start()
     assert blocker.started.wait(10)
@@ -120,9 +120,9 @@ def test_a_request_that_would_wait_longer_than_the_queue_allows_is_refused_at_on
     admission, _ = busy_admission
     assert not admission.has_free_slot()
     with pytest.raises(Problem) as refused:
-        admission.run(lambda: "never", work_elements=4, memory_bytes=0, reservation=Reservation(admission))
+        admission.run(lambda: "never", cpu_seconds=0.0, memory_bytes=0, reservation=Reservation(admission))
     assert (refused.value.status, refused.value.slug) == (503, "overloaded")
-    # The running computation was predicted at 2 s per 2^24 elements × 2^30: far past the 0.5 s allowed.
+    # The running computation was estimated at 120 s: far past the 0.5 s allowed.
     assert int(refused.value.headers["Retry-After"]) > 60
 
 
@@ -133,7 +133,7 @@ def test_a_full_queue_is_refused_at_once_and_the_queue_drains_in_order() -> None
 
     def run(name: str, compute: Any) -> None:
         order.append(
-            admission.run(compute, work_elements=1, memory_bytes=0, reservation=Reservation(admission))
+            admission.run(compute, cpu_seconds=0.0, memory_bytes=0, reservation=Reservation(admission))
         )
 
     first = threading.Thread(target=run, args=("first", blocker))
@@ -147,7 +147,7 @@ def test_a_full_queue_is_refused_at_once_and_the_queue_drains_in_order() -> None
         threading.Event().wait(0.005)
     assert admission.queued == 1
     with pytest.raises(Problem) as refused:
-        admission.run(lambda: "third", work_elements=1, memory_bytes=0, reservation=Reservation(admission))
+        admission.run(lambda: "third", cpu_seconds=0.0, memory_bytes=0, reservation=Reservation(admission))
     assert (refused.value.status, refused.value.slug) == (503, "overloaded")
     assert "COMPUTE_QUEUE_LENGTH" in refused.value.detail
     blocker.release.set()
@@ -164,10 +164,10 @@ def test_a_computation_holds_its_memory_until_released_and_waits_for_room() -> N
     assert held.take(60 * MIB)
     reservation = Reservation(admission)
     with pytest.raises(Problem) as refused:  # 8 MiB cannot come free while 60 of 64 are held
-        admission.run(lambda: "x", work_elements=1, memory_bytes=8 * MIB, reservation=reservation)
+        admission.run(lambda: "x", cpu_seconds=0.0, memory_bytes=8 * MIB, reservation=reservation)
     assert refused.value.status == 503
     held.release()
-    assert admission.run(lambda: "x", work_elements=1, memory_bytes=8 * MIB, reservation=reservation) == "x"
+    assert admission.run(lambda: "x", cpu_seconds=0.0, memory_bytes=8 * MIB, reservation=reservation) == "x"
     assert admission.held_bytes == 8 * MIB  # held until the answer has been sent
     reservation.release()
     assert admission.held_bytes == 0
@@ -221,7 +221,7 @@ def test_readyz_is_not_ready_while_every_compute_slot_is_busy(app: Flask) -> Non
     runner = threading.Thread(
         target=admission.run,
         args=(blocker,),
-        kwargs={"work_elements": 1, "memory_bytes": 0, "reservation": Reservation(admission)},
+        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
     )
     runner.start()
     try:
@@ -257,7 +257,7 @@ def test_an_abandoned_computation_keeps_its_memory_until_its_thread_ends(
     reservation = Reservation(admission)
     assert reservation.take(MIB, upload=True)  # its body
     with pytest.raises(Problem) as abandoned:
-        admission.run(blocker, work_elements=1 << 20, memory_bytes=8 * MIB, reservation=reservation)
+        admission.run(blocker, cpu_seconds=1.0, memory_bytes=8 * MIB, reservation=reservation)
     assert (abandoned.value.status, abandoned.value.slug) == (504, "deadline-exceeded")
     assert blocker.started.wait(10)
     reservation.release()  # the 504 has been sent
