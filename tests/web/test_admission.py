@@ -284,7 +284,7 @@ def test_the_worked_example_finds_room_while_the_largest_computation_runs(app: F
     runner = threading.Thread(
         target=admission.run,
         args=(blocker,),
-        kwargs={"work_elements": 1 << 20, "memory_bytes": 10 * budget, "reservation": heavy},
+        kwargs={"cpu_seconds": 1.0, "memory_bytes": 10 * budget, "reservation": heavy},
     )
     runner.start()
     try:
