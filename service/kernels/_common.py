@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import math
+import platform
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -31,6 +36,12 @@ LARGEST: dict[np.dtype[np.floating[Any]], float] = {
 }
 SMALLEST_NORMAL: dict[np.dtype[np.floating[Any]], float] = {
     np.dtype(t): float(np.finfo(t).tiny) for t in (np.float32, np.float64)
+}
+
+# exp(x) below this is subnormal in the dtype (or 0): flushed to 0 under flush_subnormals, and computed 5-20×
+# slower than any other result by NumPy's exp, so the attention kernel sets such scores to -inf first.
+EXP_UNDERFLOW: dict[np.dtype[np.floating[Any]], float] = {
+    dtype: math.log(tiny) for dtype, tiny in SMALLEST_NORMAL.items()
 }
 
 # An EmptyRowError indexes this many of the empty rows (and counts them all).
@@ -223,3 +234,48 @@ def batch_blocks(batch: tuple[int, ...], elements_per_item: int) -> list[tuple[i
         for outer in np.ndindex(*batch[:axis])
         for start in range(0, batch[axis], step)
     ]
+
+
+# --- Subnormal numbers: flushed to zero in the products ---------------------------------------------------
+#
+# Arithmetic that reads or produces a subnormal number (below 2.2e-308 in float64, 1.2e-38 in float32) takes
+# a microcode assist on x86: a 1024 × 1024 product of entries near 1e-160 took 4.8 s instead of 0.03 s, and
+# attention whose weights underflow 10 s instead of 0.3 s. No bound on shapes can see that, so the products
+# run with the CPU's flush-to-zero and denormals-are-zero bits set (MXCSR, for this thread only), through
+# glibc's public fegetenv/fesetenv: such numbers count as 0, changing a result by less than the smallest
+# normal number times the values it sums. Elsewhere (another CPU or C library) this is a no-op.
+_FENV_BYTES = 32  # sizeof(fenv_t) on x86-64 glibc: the x87 environment (28 bytes), then MXCSR
+_MXCSR_OFFSET = 28
+_FLUSH_TO_ZERO = 0x8000
+_DENORMALS_ARE_ZERO = 0x0040
+_FloatEnvironment = ctypes.c_uint8 * _FENV_BYTES
+
+
+def _glibc_math() -> ctypes.CDLL | None:
+    if platform.system() != "Linux" or platform.machine() != "x86_64" or platform.libc_ver()[0] != "glibc":
+        return None
+    name = ctypes.util.find_library("m")
+    return None if name is None else ctypes.CDLL(name)
+
+
+_LIBM = _glibc_math()
+FLUSHES_SUBNORMALS = _LIBM is not None  # whether flush_subnormals does anything on this machine
+
+
+@contextlib.contextmanager
+def flush_subnormals() -> Iterator[None]:
+    """Within the block, this thread's SSE/AVX arithmetic (NumPy's and BLAS's) treats subnormal inputs and
+    results as 0; the thread's floating-point environment is restored afterwards, however the block ends."""
+    saved = _FloatEnvironment()
+    if _LIBM is None or _LIBM.fegetenv(saved) != 0:
+        yield
+        return
+    flushed = _FloatEnvironment.from_buffer_copy(saved)
+    control = int.from_bytes(bytes(flushed[_MXCSR_OFFSET:]), "little")
+    control |= _FLUSH_TO_ZERO | _DENORMALS_ARE_ZERO
+    flushed[_MXCSR_OFFSET:] = list(control.to_bytes(4, "little"))
+    _LIBM.fesetenv(flushed)
+    try:
+        yield
+    finally:
+        _LIBM.fesetenv(saved)

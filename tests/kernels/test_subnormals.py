@@ -1,0 +1,58 @@
+"""The products of attention and the multi-head layer flush subnormal numbers to zero (issue #18: arithmetic
+on them is 30-160× slower, so a 50 KB body took 10 s of CPU whatever the work limits said); the thread's
+floating-point environment is IEEE again afterwards, also when the kernel raises."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.kernels import (
+    AttentionOptions,
+    MultiHeadWeights,
+    NumericalOverflowError,
+    attention,
+    multi_head_attention,
+)
+from service.kernels._common import FLUSHES_SUBNORMALS
+
+pytestmark = pytest.mark.skipif(not FLUSHES_SUBNORMALS, reason="flush-to-zero is set on x86-64 glibc only")
+
+SUBNORMAL = 1e-310  # below float64's smallest normal number, 2.2e-308
+
+
+def ieee_arithmetic_is_back() -> bool:
+    return bool((np.array([SUBNORMAL]) * 1.0)[0] == SUBNORMAL)
+
+
+def test_weights_that_underflow_are_zero_not_subnormal() -> None:
+    # scores 0 and -710 (scale 1): the second weight is exp(-710) = 4.5e-309, subnormal
+    result = attention(
+        [1.0], [[0.0], [-710.0]], [[1.0], [2.0]], AttentionOptions(scale=1.0), include=frozenset({"weights"})
+    )
+    assert result.weights is not None
+    assert result.weights.tolist() == [1.0, 0.0]
+    assert result.output.tolist() == [1.0]
+    assert ieee_arithmetic_is_back()
+
+
+def test_subnormal_values_count_as_zero_in_the_output() -> None:
+    result = attention([[0.0]], [[0.0], [0.0]], [[SUBNORMAL], [SUBNORMAL]])
+    assert result.output.tolist() == [[0.0]]  # IEEE arithmetic gives 1e-310
+    assert ieee_arithmetic_is_back()
+
+
+def test_projections_whose_products_underflow_are_zero() -> None:
+    # 1e-160 × 1e-160 = 1e-320, subnormal: flushed, so the projected query is exactly 0
+    tiny = [[1e-160]]
+    weights = MultiHeadWeights(w_q=tiny, w_k=tiny, w_v=tiny, w_o=[[1.0]], num_heads=1)
+    result = multi_head_attention([[1e-160]], weights=weights, include={"q"})
+    assert result.q is not None
+    assert result.q.tolist() == [[[0.0]]]
+    assert ieee_arithmetic_is_back()
+
+
+def test_the_environment_is_restored_when_the_kernel_raises() -> None:
+    with pytest.raises(NumericalOverflowError):
+        attention([[1.0]], [[1.0]], [[1e39]], dtype=np.float32)  # 1e39 is beyond float32: a 422
+    assert ieee_arithmetic_is_back()
