@@ -164,7 +164,8 @@ class MultiHeadRequest(AttentionOptionFields):
                 setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
             ),
         )
-        return Work(elements=computed, bounds=bounds, answer_elements=answer, compute=computed)
+        # elements: what the layer holds (its memory, which admission reserves); compute: its time
+        return Work(elements=held, bounds=bounds, answer_elements=answer, compute=computed)
 
     def run(self) -> MultiHeadResult:
         """The kernel's answer to this request."""

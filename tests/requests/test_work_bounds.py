@@ -55,6 +55,9 @@ def test_narrow_heads_count_one_reference_score_each() -> None:
     small = narrow_heads_layer(16).work()
     assert compute_bound(small) == 15_360 + math.ceil(16 * 60 * 4 / 128)
     assert small.compute == compute_bound(small)
+    # elements is what the layer holds, which admission reserves memory for: the projections (16 × 60 for q,
+    # twice that for k and v, twice for the heads and their concatenation) and the output (16 × 1)
+    assert small.elements == 16 * 60 * (1 + 2 + 2) + 16
 
 
 def test_the_issues_narrow_heads_body_is_a_413_naming_the_compute_limit(client: FlaskClient) -> None:
