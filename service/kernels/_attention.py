@@ -440,8 +440,7 @@ def attention(
         return_scores="scores" in outputs,
         return_logsumexp="logsumexp" in outputs,
     )
-    with flush_subnormals():  # subnormal products and weights are 0, not 30-160× slower (see _common)
-        results = _attend(operands, plan)
+    results = _attend(operands, plan)
     if shapes.kv_heads is not None:
         results = results.reshaped(shapes.batch)
     if shapes.single_query:
@@ -718,7 +717,10 @@ def _attend_block(
     block_bias = None if operands.bias is None else row_block(operands.bias, start, stop)
     hidden = hidden_keys(plan.band, operands.visible, start, stop, m)
 
-    scores = np.matmul(block_query, key_t)
+    # The products only flush subnormals (see _common): the options' arithmetic keeps IEEE's, so that a
+    # subnormal scale or softcap means what it says.
+    with flush_subnormals():
+        scores = np.matmul(block_query, key_t)
     if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
         scores = np.broadcast_to(scores, block_shape).copy()
     scores *= plan.scale
@@ -757,7 +759,8 @@ def _attend_block(
     # where the true output is finite.
     scores /= denominator
     block_output = outputs.output[..., start:stop, :]
-    np.matmul(scores, operands.value, out=block_output)
+    with flush_subnormals():
+        np.matmul(scores, operands.value, out=block_output)
     if not all_finite(block_output):
         without_hidden = _output_without_hidden_values(scores, operands.value, hidden)
         if without_hidden is None:

@@ -56,3 +56,14 @@ def test_the_environment_is_restored_when_the_kernel_raises() -> None:
     with pytest.raises(NumericalOverflowError):
         attention([[1.0]], [[1.0]], [[1e39]], dtype=np.float32)  # 1e39 is beyond float32: a 422
     assert ieee_arithmetic_is_back()
+
+
+def test_a_subnormal_softcap_keeps_its_ieee_meaning() -> None:
+    # Only the products flush: softcap 5e-324 still divides as IEEE says, scores [0, 0.7] / 5e-324 → tanh →
+    # [0, 1] × 5e-324, so the two keys weigh alike (flushing it too divided by 0: NaN, a 500 that schemathesis
+    # found)
+    result = attention(
+        [0.0, 1.0], [[1.0, 0.0], [0.0, 1.0]], [[6.0, 0.0], [0.0, 3.0]], AttentionOptions(softcap=5e-324)
+    )
+    assert result.output.tolist() == [3.0, 1.5]
+    assert ieee_arithmetic_is_back()
