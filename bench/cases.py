@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import orjson
 
-from service.api.examples import ATTENTION_EXAMPLE_REQUEST
 from service.kernels import (
     AttentionOptions,
     MultiHeadWeights,
@@ -17,6 +16,7 @@ from service.kernels import (
     multi_head_attention,
     sequence_log_likelihood,
 )
+from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST
 from service.requests import PRECISIONS
 
 Floor = Callable[[dict[str, Any]], dict[str, Any]]

@@ -26,7 +26,7 @@ from werkzeug.test import EnvironBuilder
 
 from bench.bare import app as bare_app
 from service import create_app
-from service.api.examples import (
+from service.protocols.v1.examples import (
     ATTENTION_EXAMPLE_REQUEST,
     LIKELIHOOD_EXAMPLE_REQUEST,
     SOFTMAX_EXAMPLE_REQUEST,

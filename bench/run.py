@@ -26,7 +26,7 @@ from bench.bare import APP as BARE_APP
 from bench.cases import Case, all_cases, floor_bytes
 from deploy.launch import MIB, SERVICE_APP, Server, serving
 from service import create_app
-from service.api.examples import (
+from service.protocols.v1.examples import (
     ATTENTION_EXAMPLE_REQUEST,
     LIKELIHOOD_EXAMPLE_REQUEST,
     MULTI_HEAD_EXAMPLE_REQUEST,

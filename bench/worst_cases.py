@@ -27,16 +27,16 @@ from typing import Any
 import numpy as np
 
 from service import create_app
-from service.api.schemas.attention import AttentionRequestSchema
-from service.api.schemas.likelihood import LikelihoodRequestSchema
-from service.api.schemas.multihead import MultiHeadRequestSchema
-from service.api.schemas.positions import PositionalEncodingRequestSchema
-from service.api.schemas.sample import SampleRequestSchema
-from service.api.schemas.softmax import SoftmaxRequestSchema
+from service.protocols.declarations.attention import AttentionRequestSchema
+from service.protocols.declarations.likelihood import LikelihoodRequestSchema
+from service.protocols.declarations.multihead import MultiHeadRequestSchema
+from service.protocols.declarations.positions import PositionalEncodingRequestSchema
+from service.protocols.declarations.sample import SampleRequestSchema
+from service.protocols.declarations.schemas import RequestSchema
+from service.protocols.declarations.softmax import SoftmaxRequestSchema
 from service.requests import SampleRequest, SoftmaxRequest
 from service.web.limits import admit_work
 from service.web.problems import Problem
-from service.web.schemas import RequestSchema
 
 TARGET_CPU_SECONDS = 2.0
 Body = dict[str, Any]

@@ -23,14 +23,15 @@ from service.web.request_id import install_request_ids
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app: settings from the environment, then ``config`` on top (tests pass overrides here)."""
-    app = Flask(__name__, static_folder=None)  # /static is served by service.api.pages
+    app = Flask(__name__, static_folder=None)  # /static is served by service.site.pages
     app.json = OrjsonProvider(app)
     app.config.update(Settings.from_env().as_flask_config())
     if config is not None:
         app.config.update(config)
 
-    from service.api import attention, likelihood, meta, multihead, pages, positions, sample, softmax
-    from service.api.v2 import routes as v2_routes
+    from service.protocols.v1 import attention, likelihood, multihead, positions, sample, softmax
+    from service.protocols.v2 import routes as v2_routes
+    from service.site import meta, pages
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
     install_request_clock(app)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 
 from service import create_app
-from service.api.meta import ROUTES_EXTENSION
-from service.web.spec import build_spec, spec_yaml
+from service.site.meta import ROUTES_EXTENSION
+from service.site.spec import build_spec, spec_yaml
 
 
 def render_contract() -> str:

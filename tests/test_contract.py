@@ -21,8 +21,8 @@ from scipy.special import log_softmax as scipy_log_softmax
 from scipy.special import softmax as scipy_softmax
 
 from service import create_app
-from service.api import examples
 from service.contract import render_contract
+from service.protocols.v1 import examples
 from service.web.statuses import STATUSES
 from tests.conftest import CONTRACT_PATH
 from tests.references import reference_attention, reference_sample, reference_sequence

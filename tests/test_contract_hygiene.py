@@ -14,8 +14,8 @@ import yaml
 from flask.testing import FlaskClient
 
 from service import create_app
+from service.site.spec import PROBLEM_EXAMPLES
 from service.web.api_keys import is_protected
-from service.web.spec import PROBLEM_EXAMPLES
 from tests.conftest import CONTRACT_PATH
 from tests.tolerance import assert_json_close
 

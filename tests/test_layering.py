@@ -34,9 +34,11 @@ def test_the_contracts_include_the_layering_and_the_cycle_check() -> None:
     assert {"service.requests", "service.web", "flask", "marshmallow"} <= set(
         contracts["kernels-pure"]["forbidden_modules"]
     )
-    assert {"service.api", "service.web", "flask", "werkzeug"} <= set(
+    assert {"service.protocols", "service.web", "flask", "werkzeug"} <= set(
         contracts["requests-below-codecs"]["forbidden_modules"]
     )
+    assert contracts["codecs-independent"]["type"] == "independence"
+    assert contracts["codecs-independent"]["modules"] == ["service.protocols.v1", "service.protocols.v2"]
     assert (contracts["no-cycles"]["type"], contracts["no-cycles"]["ancestors"]) == (
         "acyclic_siblings",
         ["service"],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from service.api.examples import EXAMPLE_DIGITS
+from service.protocols.v1.examples import EXAMPLE_DIGITS
 
 # float64 results of the same formula on different arithmetic paths agree to a few units in the last place
 # (~1e-16 relative); 1e-12 leaves room for the error a short computation accumulates, and no more.

@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
+import flask
 from flask import Flask, has_request_context, request
 from flask.wrappers import Request
-from werkzeug.exceptions import BadRequest, RequestTimeout
+from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, RequestTimeout
 
 from service.web.connection import close_connection_after_answer, stall_watch, under_gevent
 
@@ -181,3 +182,15 @@ def body_ends_here() -> bool:
     counted: CountingInput | None = request.environ.get(_ENVIRON_KEY)
     stream = counted if counted is not None else request.environ.get("wsgi.input")
     return stream is None or stream.read(1) == b""
+
+
+def read_body(req: flask.Request) -> bytes:
+    """The whole request body, refused with 413 past ``MAX_BODY_BYTES`` (``MAX_CONTENT_LENGTH``)."""
+    data = req.get_data(cache=True)
+    limit = req.max_content_length
+    if req.content_length is None and limit is not None and len(data) >= limit and not body_ends_here():
+        # A chunked body has no Content-Length to refuse up front, and werkzeug stops reading it at
+        # the limit: one more byte means it was cut short, so refuse it rather than parse it. A body of
+        # exactly the limit is accepted, as it is with a Content-Length.
+        raise RequestEntityTooLarge()
+    return data

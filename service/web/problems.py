@@ -19,7 +19,6 @@ from service.kernels import EmptyRowError, KernelError, NumericalOverflowError
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.json_provider import dumps_bytes
 from service.web.request_id import current_request_id
-from service.web.schemas import ResponseSchema
 from service.web.statuses import status_phrase
 
 PROBLEM_MIMETYPE = "application/problem+json"
@@ -50,31 +49,6 @@ class Problem(Exception):
         self.title = title
         self.errors = errors
         self.headers = dict(headers or {})
-
-
-class ProblemSchema(ResponseSchema):
-    """RFC 9457 problem details (documentation only: responses are built by :func:`problem_response`)."""
-
-    type = ma.fields.String(required=True, metadata={"description": "URI identifying the problem type."})
-    title = ma.fields.String(required=True, metadata={"description": "Short summary of the problem type."})
-    status = ma.fields.Integer(required=True, metadata={"description": "The HTTP status code."})
-    detail = ma.fields.String(required=True, metadata={"description": "What went wrong with this request."})
-    errors = ma.fields.Dict(
-        keys=ma.fields.String(),
-        values=ma.fields.List(ma.fields.String()),
-        metadata={"description": "Validation messages per offending request field."},
-    )
-    request_id = ma.fields.String(
-        metadata={
-            "description": "The request's id, as in the X-Request-ID response header: quote it in reports."
-        }
-    )
-    error = ma.fields.String(
-        metadata={
-            "description": "The same text as detail, under /v2 only: the Open Inference Protocol's "
-            "error member."
-        }
-    )
 
 
 def problem_response(problem: Problem) -> Response:

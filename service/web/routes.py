@@ -3,7 +3,7 @@
 A :class:`Routes` is a Flask blueprint plus the operations it documents. Each ``@routes.get``/``@routes.post``
 registers the function as it is with Flask (no wrapper: what Flask calls is the function written) and
 notes its operation (operationId, summary and description from the docstring, the request body and
-responses) for :func:`service.web.spec.build_spec`, which writes the contract with apispec's public API.
+responses) for :func:`service.site.spec.build_spec`, which writes the contract with apispec's public API.
 Nothing here wraps or reads a library's internals.
 """
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from service.api.v2.models import BINARY_DATA_OUTPUT, MODELS, Model
+from service.protocols.declarations.arrays import Array
+from service.protocols.v2.models import BINARY_DATA_OUTPUT, MODELS, Model
 
 # Each model's required inputs, as /v1 JSON (the /v2 tensors are made from them).
 INPUTS: dict[str, dict[str, Any]] = {
@@ -67,3 +68,19 @@ def test_a_refused_value_gets_the_same_message_on_both_protocols(
     assert list(v1_errors) == list(v2_errors) == [name]
     assert v1_errors[name] == v2_errors[name]
     assert v1_errors[name]  # a message, not an empty list
+
+
+KIND_DATATYPES = {"number": "FP64", "integer": "INT64", "boolean": "BOOL"}
+
+
+@pytest.mark.parametrize("model", list(MODELS.values()), ids=list(MODELS))
+def test_a_models_tensors_and_parameters_are_its_declarations_fields(model: Model) -> None:
+    """The /v2 table names no field of its own: every input tensor is an array field of the request's
+    declaration (required alike, the same element kind), and every parameter one of its other fields."""
+    declared = model.declaration().fields
+    arrays = {name: field for name, field in declared.items() if isinstance(field, Array)}
+    assert set(model.inputs) == set(arrays)
+    for name, spec in model.inputs.items():
+        assert spec.required == arrays[name].required, name
+        assert spec.datatypes[0] == KIND_DATATYPES[arrays[name].kind], name
+    assert set(model.parameters.fields) - {BINARY_DATA_OUTPUT} <= set(declared) - set(arrays)

@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.api.pages import STATIC_DIR, SWAGGER_UI_VERSION
+from service.site.pages import STATIC_DIR, SWAGGER_UI_VERSION
 from tests.problems import assert_problem
 
 ROOT = Path(__file__).resolve().parents[2]

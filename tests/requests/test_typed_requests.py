@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from bench import cases
-from service.api.schemas.attention import AttentionRequestSchema
 from service.kernels import CausalAlignment, EmptyRowPolicy, KernelError, ShapeError
+from service.protocols.declarations.attention import AttentionRequestSchema
 from service.requests import (
     PRECISIONS,
     AttentionOutput,

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from service import create_app
-from service.api import examples
-from service.api.meta import ROUTES_EXTENSION
+from service.protocols.v1 import examples
+from service.site.meta import ROUTES_EXTENSION
 from service.web.json_provider import dumps_bytes
 
 ATTENTION = examples.ATTENTION_EXAMPLE_REQUEST

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from marshmallow import Schema, ValidationError
 
-from service.web.arrays import Array, array_json_schema
+from service.protocols.declarations.arrays import Array, array_json_schema
 
 
 class Arrays(Schema):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
-from service.api.v2.tensors import InputSpec, OutputTensor, decode_inputs, encode_outputs, split_body
+from service.protocols.v2.tensors import InputSpec, OutputTensor, decode_inputs, encode_outputs, split_body
 from service.web.json_provider import dumps_bytes
 from service.web.problems import Problem
 from tests.conftest import CONTRACT_PATH

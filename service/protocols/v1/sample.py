@@ -6,12 +6,12 @@ from typing import Any
 
 from flask import request
 
-from service.api.errors_doc import COMPUTE_ERRORS
-from service.api.examples import SAMPLE_EXAMPLE_REQUEST, SAMPLE_EXAMPLE_RESPONSE
-from service.api.schemas.sample import SampleRequestSchema, SampleResponseSchema, sample_response
+from service.protocols.declarations.errors import COMPUTE_ERRORS
+from service.protocols.declarations.sample import SampleRequestSchema, SampleResponseSchema, sample_response
+from service.protocols.v1.examples import SAMPLE_EXAMPLE_REQUEST, SAMPLE_EXAMPLE_RESPONSE
+from service.protocols.v1.parsing import load_json_body
 from service.requests import SampleRequest
 from service.web.admission import run_admitted
-from service.web.parsing import load_json_body
 from service.web.routes import Routes
 
 routes = Routes(

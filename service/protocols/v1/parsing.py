@@ -9,22 +9,9 @@ from typing import Any
 import flask
 import marshmallow as ma
 import orjson
-from werkzeug.exceptions import RequestEntityTooLarge
 
-from service.web.body import body_ends_here
+from service.web.body import read_body
 from service.web.problems import Problem, problem_from_validation_messages, refuse_many_unknown_fields
-
-
-def read_body(req: flask.Request) -> bytes:
-    """The whole request body, refused with 413 past ``MAX_BODY_BYTES`` (``MAX_CONTENT_LENGTH``)."""
-    data = req.get_data(cache=True)
-    limit = req.max_content_length
-    if req.content_length is None and limit is not None and len(data) >= limit and not body_ends_here():
-        # A chunked body has no Content-Length to refuse up front, and werkzeug stops reading it at
-        # the limit: one more byte means it was cut short, so refuse it rather than parse it. A body of
-        # exactly the limit is accepted, as it is with a Content-Length.
-        raise RequestEntityTooLarge()
-    return data
 
 
 def load_json_body(req: flask.Request, schema: ma.Schema) -> Any:

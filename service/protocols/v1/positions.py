@@ -6,16 +6,16 @@ from typing import Any
 
 from flask import request
 
-from service.api.errors_doc import COMPUTE_ERRORS
-from service.api.examples import POSITIONAL_EXAMPLE_REQUEST, POSITIONAL_EXAMPLE_RESPONSE
-from service.api.schemas.positions import (
+from service.protocols.declarations.errors import COMPUTE_ERRORS
+from service.protocols.declarations.positions import (
     PositionalEncodingRequestSchema,
     PositionalEncodingResponseSchema,
     positional_encoding_response,
 )
+from service.protocols.v1.examples import POSITIONAL_EXAMPLE_REQUEST, POSITIONAL_EXAMPLE_RESPONSE
+from service.protocols.v1.parsing import load_json_body
 from service.requests import PositionalEncodingRequest
 from service.web.admission import run_admitted
-from service.web.parsing import load_json_body
 from service.web.routes import Routes
 
 routes = Routes(

@@ -16,12 +16,6 @@ import numpy as np
 import orjson
 from marshmallow import Schema
 
-from service.api.schemas.attention import AttentionResponseSchema, attention_response
-from service.api.schemas.likelihood import LikelihoodResponseSchema, likelihood_response
-from service.api.schemas.multihead import MultiHeadResponseSchema, multi_head_response
-from service.api.schemas.positions import PositionalEncodingResponseSchema
-from service.api.schemas.sample import SampleResponseSchema, sample_response
-from service.api.schemas.softmax import SoftmaxResponseSchema, softmax_response
 from service.kernels import (
     AttentionOptions,
     MultiHeadWeights,
@@ -32,6 +26,12 @@ from service.kernels import (
     sinusoidal_encoding,
     softmax,
 )
+from service.protocols.declarations.attention import AttentionResponseSchema, attention_response
+from service.protocols.declarations.likelihood import LikelihoodResponseSchema, likelihood_response
+from service.protocols.declarations.multihead import MultiHeadResponseSchema, multi_head_response
+from service.protocols.declarations.positions import PositionalEncodingResponseSchema
+from service.protocols.declarations.sample import SampleResponseSchema, sample_response
+from service.protocols.declarations.softmax import SoftmaxResponseSchema, softmax_response
 from service.web.json_provider import dumps_bytes
 
 # float64 carries about 16 digits and different CPUs' paths agree to about 1e-15 relative; 12 digits leave a

@@ -11,15 +11,14 @@ from apispec import APISpec, BasePlugin
 from apispec.ext.marshmallow import MarshmallowPlugin
 from marshmallow import fields, validate
 
+from service.identity import API_TITLE, API_VERSION
+from service.protocols.declarations.arrays import Array, array_json_schema
+from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.web.api_keys import SCHEME_NAME, SECURITY_REQUIREMENT, SECURITY_SCHEME, is_protected
-from service.web.arrays import Array, array_json_schema
-from service.web.problems import PROBLEM_MIMETYPE, PROBLEM_TYPE_BASE, ProblemSchema
+from service.web.problems import PROBLEM_MIMETYPE, PROBLEM_TYPE_BASE
 from service.web.routes import DEFAULT_ERROR, Routes
-from service.web.schemas import RequestSchema
 from service.web.statuses import STATUSES
 
-API_TITLE = "Attention service"
-API_VERSION = "1.0.0"
 API_DESCRIPTION = (
     "Masked scaled dot-product attention, softmax with temperature and sequence log-likelihood: "
     "the core arithmetic of causal language models over HTTP. All numbers are computed in float64 "
@@ -72,6 +71,31 @@ PROBLEM_EXAMPLES: dict[int, dict[str, dict[str, Any]]] = {
         }
     },
 }
+
+
+class ProblemSchema(ResponseSchema):
+    """RFC 9457 problem details (documentation only: responses are built by :func:`problem_response`)."""
+
+    type = fields.String(required=True, metadata={"description": "URI identifying the problem type."})
+    title = fields.String(required=True, metadata={"description": "Short summary of the problem type."})
+    status = fields.Integer(required=True, metadata={"description": "The HTTP status code."})
+    detail = fields.String(required=True, metadata={"description": "What went wrong with this request."})
+    errors = fields.Dict(
+        keys=fields.String(),
+        values=fields.List(fields.String()),
+        metadata={"description": "Validation messages per offending request field."},
+    )
+    request_id = fields.String(
+        metadata={
+            "description": "The request's id, as in the X-Request-ID response header: quote it in reports."
+        }
+    )
+    error = fields.String(
+        metadata={
+            "description": "The same text as detail, under /v2 only: the Open Inference Protocol's "
+            "error member."
+        }
+    )
 
 
 def build_spec(route_sets: Sequence[Routes]) -> APISpec:

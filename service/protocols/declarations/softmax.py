@@ -7,12 +7,12 @@ from typing import Any
 
 from marshmallow import fields, post_load
 
-from service.api.schemas.common import IncludeList, precision_field, within
 from service.kernels import SoftmaxResult
+from service.protocols.declarations.arrays import Array
+from service.protocols.declarations.common import IncludeList, precision_field, within
+from service.protocols.declarations.fields import StrictFloat, StrictInteger
+from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import SoftmaxOutput, SoftmaxRequest
-from service.web.arrays import Array
-from service.web.fields import StrictFloat, StrictInteger
-from service.web.schemas import RequestSchema, ResponseSchema
 
 # The distribution's options, shared by /v1/softmax and /v1/sample (marshmallow copies declared fields
 # into each schema instance), so both document and check the same meaning.

@@ -7,12 +7,12 @@ from typing import Any
 import numpy as np
 from marshmallow import fields, post_load
 
-from service.api.schemas.common import precision_field, within
 from service.kernels import LikelihoodResult
+from service.protocols.declarations.arrays import Array
+from service.protocols.declarations.common import precision_field, within
+from service.protocols.declarations.fields import StrictBoolean, StrictFloat, StrictInteger
+from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import LikelihoodRequest
-from service.web.arrays import Array
-from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
-from service.web.schemas import RequestSchema, ResponseSchema
 
 
 class LikelihoodRequestSchema(RequestSchema):

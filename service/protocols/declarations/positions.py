@@ -7,13 +7,13 @@ from typing import Any
 
 from marshmallow import fields, post_load, validate
 
-from service.api.schemas.common import IncludeList, one_of, precision_field, within
 from service.kernels import RotaryStyle
+from service.protocols.declarations.arrays import Array
+from service.protocols.declarations.common import IncludeList, one_of, precision_field, within
+from service.protocols.declarations.fields import StrictFloat, StrictInteger
+from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import PositionalEncodingRequest, PositionalOutput
 from service.requests._positions import EncodingKind, PositionalEncodingResult
-from service.web.arrays import Array
-from service.web.fields import StrictFloat, StrictInteger
-from service.web.schemas import RequestSchema, ResponseSchema
 
 ARRAYS = PositionalEncodingRequest.ARRAYS
 

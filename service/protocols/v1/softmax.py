@@ -6,12 +6,16 @@ from typing import Any
 
 from flask import request
 
-from service.api.errors_doc import COMPUTE_ERRORS
-from service.api.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
-from service.api.schemas.softmax import SoftmaxRequestSchema, SoftmaxResponseSchema, softmax_response
+from service.protocols.declarations.errors import COMPUTE_ERRORS
+from service.protocols.declarations.softmax import (
+    SoftmaxRequestSchema,
+    SoftmaxResponseSchema,
+    softmax_response,
+)
+from service.protocols.v1.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
+from service.protocols.v1.parsing import load_json_body
 from service.requests import SoftmaxRequest
 from service.web.admission import run_admitted
-from service.web.parsing import load_json_body
 from service.web.routes import Routes
 
 routes = Routes(

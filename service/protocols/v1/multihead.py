@@ -6,12 +6,16 @@ from typing import Any
 
 from flask import request
 
-from service.api.errors_doc import COMPUTE_ERRORS
-from service.api.examples import MULTI_HEAD_EXAMPLE_REQUEST, MULTI_HEAD_EXAMPLE_RESPONSE
-from service.api.schemas.multihead import MultiHeadRequestSchema, MultiHeadResponseSchema, multi_head_response
+from service.protocols.declarations.errors import COMPUTE_ERRORS
+from service.protocols.declarations.multihead import (
+    MultiHeadRequestSchema,
+    MultiHeadResponseSchema,
+    multi_head_response,
+)
+from service.protocols.v1.examples import MULTI_HEAD_EXAMPLE_REQUEST, MULTI_HEAD_EXAMPLE_RESPONSE
+from service.protocols.v1.parsing import load_json_body
 from service.requests import MultiHeadRequest
 from service.web.admission import run_admitted
-from service.web.parsing import load_json_body
 from service.web.routes import Routes
 
 routes = Routes(

@@ -6,12 +6,16 @@ from typing import Any
 
 from flask import request
 
-from service.api.errors_doc import COMPUTE_ERRORS
-from service.api.examples import ATTENTION_EXAMPLE_REQUEST, ATTENTION_EXAMPLE_RESPONSE
-from service.api.schemas.attention import AttentionRequestSchema, AttentionResponseSchema, attention_response
+from service.protocols.declarations.attention import (
+    AttentionRequestSchema,
+    AttentionResponseSchema,
+    attention_response,
+)
+from service.protocols.declarations.errors import COMPUTE_ERRORS
+from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST, ATTENTION_EXAMPLE_RESPONSE
+from service.protocols.v1.parsing import load_json_body
 from service.requests import AttentionRequest
 from service.web.admission import run_admitted
-from service.web.parsing import load_json_body
 from service.web.routes import Routes
 
 routes = Routes("attention", __name__, url_prefix="/v1", description="Masked scaled dot-product attention.")

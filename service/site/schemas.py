@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from marshmallow import fields
 
-from service.web.schemas import ResponseSchema
+from service.protocols.declarations.schemas import ResponseSchema
 
 
 class HealthSchema(ResponseSchema):

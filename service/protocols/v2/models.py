@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, get_args
 
 import numpy as np
-from marshmallow import Schema
+from marshmallow import Schema, fields
 
-from service.api.schemas.attention import AttentionRequestSchema
-from service.api.schemas.likelihood import LikelihoodRequestSchema
-from service.api.schemas.sample import SampleRequestSchema
-from service.api.schemas.softmax import SoftmaxRequestSchema
-from service.api.v2.tensors import InputSpec
 from service.kernels import LikelihoodResult
+from service.protocols.declarations.arrays import Array
+from service.protocols.declarations.attention import AttentionRequestSchema
+from service.protocols.declarations.fields import StrictBoolean
+from service.protocols.declarations.likelihood import LikelihoodRequestSchema
+from service.protocols.declarations.sample import SampleRequestSchema
+from service.protocols.declarations.schemas import RequestSchema
+from service.protocols.declarations.softmax import SoftmaxRequestSchema
+from service.protocols.v2.tensors import InputSpec
 from service.requests import (
     AttentionOutput,
     AttentionRequest,
@@ -30,8 +33,6 @@ from service.requests import (
     SoftmaxOutput,
     SoftmaxRequest,
 )
-from service.web.fields import StrictBoolean
-from service.web.schemas import RequestSchema
 
 BINARY_DATA_OUTPUT = "binary_data_output"
 FLOAT = ("FP64", "FP32")
@@ -62,9 +63,15 @@ class Model:
     schema_name: str  # the contract's component names start with it
     description: str
     inputs: Mapping[str, InputSpec]
-    parameters: Schema
+    declaration: type[Schema]  # the request's one declaration (its /v1 schema): parameters come from it
     outputs: Mapping[str, OutputSpec]
     build: Callable[[dict[str, Any], dict[str, Any], frozenset[str]], Request]
+
+    parameters: Schema = field(init=False)
+
+    def __post_init__(self) -> None:
+        parameters = parameters_schema(self.declaration, f"{self.schema_name}Parameters")
+        object.__setattr__(self, "parameters", parameters)  # frozen: set once, here
 
     def output_datatype(self, output: OutputSpec, precision: str) -> str:
         if output.datatype == FOLLOWS_PRECISION:
@@ -72,16 +79,18 @@ class Model:
         return output.datatype
 
 
-def parameters_schema(request_schema: type[Schema], name: str, *, exclude: tuple[str, ...]) -> Schema:
-    """The /v1 request schema's option fields, for request parameters: the same names, types, rules and
-    reading of ``null``.
+def parameters_schema(request_schema: type[Schema], name: str) -> Schema:
+    """The request parameters of a model: the scalar fields of its request's declaration (numbers, flags,
+    names), with the same names, types, rules and reading of ``null``. The array fields are the model's
+    input tensors; lists and objects (``include``, ``window``, ``rotary``) are not the protocol's scalar
+    parameters (``include`` is the requested outputs).
 
     Beside them, the binary tensor data extension's ``binary_data_output`` (answer every output as binary).
     """
     options: dict[str, Any] = {
         field_name: copy.copy(field)  # the new schema binds its own copy to itself
         for field_name, field in request_schema().fields.items()
-        if field_name not in exclude
+        if not isinstance(field, Array | fields.List | fields.Nested)
     }
     options[BINARY_DATA_OUTPUT] = StrictBoolean(
         load_default=False, metadata={"description": "Answer every output as binary tensor data."}
@@ -131,12 +140,7 @@ ATTENTION = Model(
         "bias": InputSpec(FLOAT, (-1, -1), required=False),
         "alibi_slopes": InputSpec(FLOAT, (-1,), required=False),
     },
-    parameters=parameters_schema(
-        AttentionRequestSchema,
-        "AttentionParameters",
-        # window (a pair) and rotary (an object) are not the protocol's scalar parameters: /v1 only, for now.
-        exclude=("query", "key", "value", "mask", "bias", "alibi_slopes", "include", "window", "rotary"),
-    ),
+    declaration=AttentionRequestSchema,
     outputs=_outputs(
         OutputSpec("output", FOLLOWS_PRECISION, (-1, -1), lambda r: r.output),
         OutputSpec("weights", FOLLOWS_PRECISION, (-1, -1), lambda r: r.weights),
@@ -153,9 +157,7 @@ SOFTMAX = Model(
     schema_name="Softmax",
     description="Softmax with temperature, mask, top-k and top-p (as POST /v1/softmax).",
     inputs={"logits": InputSpec(FLOAT, (-1, -1)), "mask": InputSpec(BOOL, (-1, -1), required=False)},
-    parameters=parameters_schema(
-        SoftmaxRequestSchema, "SoftmaxParameters", exclude=("logits", "mask", "include")
-    ),
+    declaration=SoftmaxRequestSchema,
     outputs=_outputs(
         OutputSpec("probabilities", FOLLOWS_PRECISION, (-1, -1), lambda r: r.probabilities),
         OutputSpec(
@@ -183,9 +185,7 @@ LOG_LIKELIHOOD = Model(
     schema_name="LogLikelihood",
     description="Per-token log-probabilities and per-sequence log-likelihood (as POST /v1/log-likelihood).",
     inputs={"logits": InputSpec(FLOAT, (-1, -1, -1)), "targets": InputSpec(INTEGER, (-1, -1))},
-    parameters=parameters_schema(
-        LikelihoodRequestSchema, "LogLikelihoodParameters", exclude=("logits", "targets")
-    ),
+    declaration=LikelihoodRequestSchema,
     outputs=_outputs(
         OutputSpec("token_logprobs", FOLLOWS_PRECISION, (-1, -1), lambda r: r.token_logprobs),
         OutputSpec("ranks", "INT64", (-1, -1), lambda r: r.ranks),
@@ -212,7 +212,7 @@ SAMPLE = Model(
     schema_name="Sample",
     description="Seeded draws after temperature, top-k, top-p and min-p (as POST /v1/sample).",
     inputs={"logits": InputSpec(FLOAT, (-1, -1)), "mask": InputSpec(BOOL, (-1, -1), required=False)},
-    parameters=parameters_schema(SampleRequestSchema, "SampleParameters", exclude=("logits", "mask")),
+    declaration=SampleRequestSchema,
     outputs=_outputs(
         OutputSpec("tokens", "INT64", (-1, -1), lambda r: r.tokens),
         OutputSpec("logprobs", "FP64", (-1, -1), lambda r: r.logprobs),

@@ -6,16 +6,16 @@ from typing import Any
 
 from flask import request
 
-from service.api.errors_doc import COMPUTE_ERRORS
-from service.api.examples import LIKELIHOOD_EXAMPLE_REQUEST, LIKELIHOOD_EXAMPLE_RESPONSE
-from service.api.schemas.likelihood import (
+from service.protocols.declarations.errors import COMPUTE_ERRORS
+from service.protocols.declarations.likelihood import (
     LikelihoodRequestSchema,
     LikelihoodResponseSchema,
     likelihood_response,
 )
+from service.protocols.v1.examples import LIKELIHOOD_EXAMPLE_REQUEST, LIKELIHOOD_EXAMPLE_RESPONSE
+from service.protocols.v1.parsing import load_json_body
 from service.requests import LikelihoodRequest
 from service.web.admission import run_admitted
-from service.web.parsing import load_json_body
 from service.web.routes import Routes
 
 routes = Routes("likelihood", __name__, url_prefix="/v1", description="Log-likelihood of token sequences.")

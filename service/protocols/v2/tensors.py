@@ -18,8 +18,8 @@ import numpy as np
 import orjson
 from marshmallow import ValidationError
 
+from service.protocols.declarations.arrays import Array
 from service.requests import MAX_RANK, ArrayKind
-from service.web.arrays import Array
 from service.web.problems import Problem, did_you_mean
 
 HEADER_LENGTH = "Inference-Header-Content-Length"

@@ -15,10 +15,10 @@ from flask import Response, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import NotFound
 
-from service.api.errors_doc import COMPUTE_ERRORS
-from service.api.meta import self_check
-from service.api.v2.models import BINARY_DATA_OUTPUT, MODELS, VERSION, Model, OutputSpec, Request
-from service.api.v2.schemas import (
+from service.identity import API_VERSION
+from service.protocols.declarations.errors import COMPUTE_ERRORS
+from service.protocols.v2.models import BINARY_DATA_OUTPUT, MODELS, VERSION, Model, OutputSpec, Request
+from service.protocols.v2.schemas import (
     BINARY_REQUEST,
     BINARY_RESPONSE,
     HEADER_LENGTH_DOC,
@@ -31,7 +31,7 @@ from service.api.v2.schemas import (
     binary_body_doc,
     inference_request_schema,
 )
-from service.api.v2.tensors import (
+from service.protocols.v2.tensors import (
     HEADER_LENGTH,
     OutputTensor,
     decode_inputs,
@@ -42,8 +42,8 @@ from service.api.v2.tensors import (
     split_body,
 )
 from service.web.admission import run_admitted
+from service.web.body import read_body
 from service.web.json_provider import dumps_bytes
-from service.web.parsing import read_body
 from service.web.problems import (
     Problem,
     did_you_mean,
@@ -51,8 +51,8 @@ from service.web.problems import (
     problem_from_validation_messages,
     problem_response,
 )
+from service.web.readiness import self_check
 from service.web.routes import Routes
-from service.web.spec import API_VERSION
 
 routes = Routes(
     "v2",

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from service.api.v2.views import routes
+from service.protocols.v2.views import routes
 
 __all__ = ["routes"]

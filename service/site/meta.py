@@ -5,18 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 from flask import Response, current_app, request
 
-from service.api.pages import STATIC_DIR, send_page
-from service.api.schemas.meta import HealthSchema, IndexSchema
-from service.kernels import attention
-from service.web.admission import admission_of
+from service.identity import API_TITLE, API_VERSION
+from service.site.pages import STATIC_DIR, send_page
+from service.site.schemas import HealthSchema, IndexSchema
+from service.site.spec import build_spec, spec_yaml
 from service.web.json_provider import dumps_bytes
 from service.web.metrics import exposition
-from service.web.problems import Problem
+from service.web.readiness import self_check
 from service.web.routes import Routes
-from service.web.spec import API_TITLE, API_VERSION, build_spec, spec_yaml
 
 routes = Routes("meta", __name__, description="Probes, metrics, the contract and the index.")
 
@@ -25,12 +23,6 @@ METRICS_MIMETYPE = "text/plain"
 # app.extensions[ROUTES_EXTENSION]: every Routes the app serves, in order (the contract documents them).
 ROUTES_EXTENSION = "attention_routes"
 HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
-
-# The course's worked example: one query over two keys; softmax([0, 1/√2]) weighs the values.
-_READY_QUERY = np.array([0.0, 1.0])
-_READY_KEYS = np.array([[1.0, 0.0], [0.0, 1.0]])
-_READY_VALUES = np.array([[6.0, 0.0], [0.0, 3.0]])
-_READY_WEIGHTS = np.array([1.0, np.exp(2**-0.5)]) / (1.0 + np.exp(2**-0.5))
 
 
 def _alive() -> dict[str, str]:
@@ -54,26 +46,6 @@ def readyz() -> dict[str, str]:
     """Readiness: a tiny attention computation succeeds and is right (send traffic when this passes)."""
     self_check()
     return {"status": "ok"}
-
-
-def self_check() -> None:
-    """Raise a 503 problem unless a compute slot is free and a tiny attention computation is right.
-
-    A worker whose slots are all taken says it is not ready, so a balancer sends new work elsewhere; it is
-    ready again as soon as a computation ends.
-    """
-    admission = admission_of(current_app)
-    if admission is not None and not admission.has_free_slot():
-        raise Problem(
-            503,
-            f"Every compute slot of this worker is busy ({admission.busy_slots} of "
-            f"{admission.limits.compute_slots}, COMPUTE_SLOTS); it is ready again when one frees.",
-            slug="not-ready",
-            headers={"Retry-After": "1"},
-        )
-    result = attention(_READY_QUERY, _READY_KEYS, _READY_VALUES, include={"weights"})
-    if result.weights is None or not np.allclose(result.weights, _READY_WEIGHTS, rtol=1e-12, atol=0.0):
-        raise Problem(503, "The self-check computation gave a wrong answer.", slug="not-ready")
 
 
 @routes.get(

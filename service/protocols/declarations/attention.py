@@ -7,12 +7,12 @@ from typing import Any, get_args
 
 from marshmallow import fields, post_load, validate
 
-from service.api.schemas.common import IncludeList, one_of, precision_field, within
 from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy, RotaryStyle
+from service.protocols.declarations.arrays import Array
+from service.protocols.declarations.common import IncludeList, one_of, precision_field, within
+from service.protocols.declarations.fields import StrictBoolean, StrictFloat, StrictInteger
+from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import AttentionOutput, AttentionRequest
-from service.web.arrays import Array
-from service.web.fields import StrictBoolean, StrictFloat, StrictInteger
-from service.web.schemas import RequestSchema, ResponseSchema
 
 ATTENTION_INCLUDES = get_args(AttentionOutput)
 ARRAYS = AttentionRequest.ARRAYS

@@ -6,13 +6,13 @@ from typing import Any
 
 from marshmallow import fields, post_load
 
-from service.api.schemas.common import within
-from service.api.schemas.softmax import DISTRIBUTION_FIELDS
 from service.kernels import SampleResult
+from service.protocols.declarations.arrays import Array
+from service.protocols.declarations.common import within
+from service.protocols.declarations.fields import StrictFloat, StrictInteger
+from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
+from service.protocols.declarations.softmax import DISTRIBUTION_FIELDS
 from service.requests import SampleRequest
-from service.web.arrays import Array
-from service.web.fields import StrictFloat, StrictInteger
-from service.web.schemas import RequestSchema, ResponseSchema
 
 
 class SampleRequestSchema(RequestSchema):

@@ -7,13 +7,13 @@ from typing import Any
 
 from marshmallow import fields, post_load, validate
 
-from service.api.schemas.attention import AttentionOptionsSchema, IndexRows
-from service.api.schemas.common import IncludeList
 from service.kernels import MultiHeadResult
+from service.protocols.declarations.arrays import Array
+from service.protocols.declarations.attention import AttentionOptionsSchema, IndexRows
+from service.protocols.declarations.common import IncludeList
+from service.protocols.declarations.fields import StrictInteger
+from service.protocols.declarations.schemas import ResponseSchema
 from service.requests import MultiHeadOutput, MultiHeadRequest
-from service.web.arrays import Array
-from service.web.fields import StrictInteger
-from service.web.schemas import ResponseSchema
 
 ARRAYS = MultiHeadRequest.ARRAYS
 

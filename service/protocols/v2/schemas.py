@@ -10,10 +10,10 @@ from typing import Any
 
 from marshmallow import Schema, fields, validate
 
-from service.api.v2.models import Model
-from service.api.v2.tensors import DTYPES, HEADER_LENGTH
-from service.web.fields import StrictBoolean
-from service.web.schemas import ResponseSchema
+from service.protocols.declarations.fields import StrictBoolean
+from service.protocols.declarations.schemas import ResponseSchema
+from service.protocols.v2.models import Model
+from service.protocols.v2.tensors import DTYPES, HEADER_LENGTH
 
 DATATYPES = list(DTYPES)
 

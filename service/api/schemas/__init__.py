@@ -1,1 +1,0 @@
-"""Request and response schemas, one module per endpoint family."""
