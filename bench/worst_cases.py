@@ -11,8 +11,9 @@ seconds, and ``docs/operations.md`` ("Worst case per endpoint") reports the figu
 How they were found: candidate shapes and options were scaled up to the first limit they reach (the compute
 bound, the held arrays, the answer's size or the body), then timed with ``time.process_time``; the
 docstring of each builder says what was searched. Values are rounded so that the bodies stay under the
-16 MiB body limit; none are subnormal (numbers below 2.2e-308, or products of such size, run 30-160×
-slower in any arithmetic, whatever the shapes: see docs/operations.md).
+16 MiB body limit. Each builder also takes ``shrink``, dividing its limiting dimension (for the smoke run).
+Values that make subnormal numbers (below 2.2e-308) would cost 30-160× in any arithmetic; attention and the
+multi-head layer flush them in their products, and docs/operations.md gives those bodies' times beside these.
 """
 
 from __future__ import annotations
