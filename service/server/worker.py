@@ -5,7 +5,8 @@ worker. What it lacks, and this subclass adds through the worker's public method
 
 - **Deadlines for request heads.** The first request's head must arrive within ``HEADER_TIMEOUT_SECONDS``;
   a kept-alive connection may then wait ``GUNICORN_KEEPALIVE`` seconds for the next one (gunicorn uses the
-  keep-alive time for both).
+  keep-alive time for both, and none at all when keep-alive is off: then every answer closes its connection
+  here instead).
 - **Room for new connections.** A worker holds at most ``worker_connections`` connections. When it holds more
   than :data:`CROWDED_SHARE` of them, the connections that have waited longest for the client (idle
   keep-alives, clients that connect and send nothing or trickle their headers, bodies that stall, such as
@@ -155,6 +156,16 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.open_connections = 0
         self.served: weakref.WeakSet[Greenlet] = weakref.WeakSet()  # connections past their first request
         self.crowded_above = max(1, int(CROWDED_SHARE * self.worker_connections))
+        self.close_after_each_answer = False
+
+    def init_process(self) -> None:
+        # With keep-alive off (GUNICORN_KEEPALIVE=0) gunicorn reads each head without timeout_ctx(): no head
+        # deadline and no connection closed for room. So gunicorn keeps it on here, in this worker process
+        # (the master's settings are untouched), and every answer closes its connection instead.
+        self.close_after_each_answer = not self.cfg.keepalive
+        if self.close_after_each_answer:
+            self.cfg.set("keepalive", 1)
+        super().init_process()
 
     def header_timeout(self) -> float:
         admission = admission_of(self.wsgi) if hasattr(self.wsgi, "extensions") else None
@@ -186,6 +197,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
         self.served.add(gevent.getcurrent())
+        if self.close_after_each_answer:
+            req.must_close = True  # the answer says "Connection: close", and gunicorn closes after it
         refusal = self._refusal_before_continue(req)
         if refusal is not None:
             write_problem(

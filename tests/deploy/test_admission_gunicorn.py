@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from deploy.launch import Server, start
+from deploy.launch import Server, serving, start
 
 pytestmark = pytest.mark.gunicorn
 
@@ -152,6 +152,22 @@ def test_a_crowd_of_stalled_bodies_cannot_keep_a_probe_out(patient_server: Serve
     finally:
         for sock in crowd:
             sock.close()
+
+
+def test_without_keep_alive_heads_still_have_their_deadline() -> None:
+    """GUNICORN_KEEPALIVE=0 (no keep-alive) made gunicorn read each head without the worker's timeout at all:
+    a partial head was held for good and idle connections were never closed for room. Each answer now closes
+    its connection and the head deadline stands."""
+    with serving(env={"GUNICORN_KEEPALIVE": "0", "HEADER_TIMEOUT_SECONDS": "1"}, workers=1) as no_keep_alive:
+        with socket.create_connection(("127.0.0.1", no_keep_alive.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/attention HTTP/1.1\r\nHost: x\r\n")  # and never the rest
+            first, rest = read_answer(sock)  # returns only because the server closes; else the 10 s timeout
+        assert (first, rest) == (b"", b"")
+        with socket.create_connection(("127.0.0.1", no_keep_alive.port), timeout=10) as sock:
+            sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+            first, rest = read_answer(sock)
+        assert first == b"HTTP/1.1 200 OK", first + rest
+        assert b"Connection: close" in rest
 
 
 def test_a_crowd_of_idle_connections_cannot_keep_a_probe_out(server: Server) -> None:
