@@ -33,15 +33,55 @@ REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"logits": [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3]], "targets": [0, 1]},
         ["shift", "ignore_index", "temperature", "top_logprobs", "precision"],
     ),
+    "/v1/multi-head-attention": (
+        {
+            "query": [[1.0, 0.0], [0.0, 1.0]],
+            **{name: [[1.0, 0.0], [0.0, 1.0]] for name in ("w_q", "w_k", "w_v", "w_o")},
+            "num_heads": 2,
+        },
+        [
+            *(
+                "key",
+                "value",
+                "b_q",
+                "b_k",
+                "b_v",
+                "b_o",
+                "num_kv_heads",
+                "mask",
+                "causal",
+                "causal_alignment",
+            ),
+            *("bias", "scale", "empty_rows", "include", "precision", "window", "alibi_slopes", "softcap"),
+            "rotary",
+        ],
+    ),
+    "/v1/positional-encoding": (
+        {"kind": "sinusoidal"},
+        ["length", "d_model", "positions", "x", "base", "dim", "style", "include", "precision"],
+    ),
 }
+# What a body needs beyond its required fields to be valid (sinusoidal: the table's size); kept out of the
+# fields sent as null.
+COMPLETING: dict[str, dict[str, Any]] = {"/v1/positional-encoding": {"length": 3, "d_model": 4}}
+
+
+def test_every_v1_computation_is_listed() -> None:
+    spec = yaml.safe_load(CONTRACT_PATH.read_text())
+    computations = {
+        path for path, item in spec["paths"].items() if path.startswith("/v1/") and "post" in item
+    }
+    assert set(REQUESTS) == computations
 
 
 @pytest.mark.parametrize("path", list(REQUESTS))
 def test_null_optional_fields_get_their_defaults(client: FlaskClient, path: str) -> None:
     required, optional = REQUESTS[path]
     seeded = {"seed": 3} if path == "/v1/sample" else {}  # both draw with one seed (null: a fresh one)
-    without = client.post(path, json={**required, **seeded})
-    with_nulls = client.post(path, json={**required, **dict.fromkeys(optional), **seeded})
+    completing = COMPLETING.get(path, {})
+    nulls = dict.fromkeys(name for name in optional if name not in completing)
+    without = client.post(path, json={**required, **completing, **seeded})
+    with_nulls = client.post(path, json={**required, **completing, **nulls, **seeded})
     assert without.status_code == with_nulls.status_code == 200, with_nulls.get_data(as_text=True)
     assert with_nulls.get_data() == without.get_data()  # the same machine: the very same answer
 
@@ -49,8 +89,9 @@ def test_null_optional_fields_get_their_defaults(client: FlaskClient, path: str)
 @pytest.mark.parametrize("path", list(REQUESTS))
 def test_null_required_fields_are_refused_by_name(client: FlaskClient, path: str) -> None:
     required, _ = REQUESTS[path]
+    body = {**required, **COMPLETING.get(path, {})}
     for name in required:
-        assert_problem(client.post(path, json={**required, name: None}), 422, field=name, says="null")
+        assert_problem(client.post(path, json={**body, name: None}), 422, field=name, says="null")
 
 
 def test_an_unknown_field_sent_as_null_is_still_unknown(client: FlaskClient) -> None:
