@@ -29,7 +29,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     if config is not None:
         app.config.update(config)
 
-    from service.protocols.v1 import attention, likelihood, multihead, positions, sample, softmax
+    from service.protocols.v1 import endpoint_routes
     from service.protocols.v2 import routes as v2_routes
     from service.site import meta, pages
 
@@ -44,18 +44,9 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     install_api_keys(app)
 
     register_error_handlers(app)
-    # In the contract's order: the /v1 computations, the probes and pages, then /v2.
-    route_sets = [
-        attention.routes,
-        softmax.routes,
-        likelihood.routes,
-        multihead.routes,
-        positions.routes,
-        sample.routes,
-        meta.routes,
-        pages.routes,
-        v2_routes,
-    ]
+    # In the contract's order: the /v1 computations (every endpoint module, by name), the probes and pages,
+    # then /v2.
+    route_sets = [*endpoint_routes(), meta.routes, pages.routes, v2_routes]
     for routes in route_sets:
         app.register_blueprint(routes.blueprint)
     app.extensions[meta.ROUTES_EXTENSION] = route_sets
