@@ -15,7 +15,7 @@ from service.protocols.declarations.errors import COMPUTE_ERRORS
 from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST, ATTENTION_EXAMPLE_RESPONSE
 from service.protocols.v1.parsing import load_json_body
 from service.requests import AttentionRequest
-from service.web.admission import run_admitted
+from service.web.admission import answered, run_admitted
 from service.web.routes import Routes
 
 routes = Routes("attention", __name__, url_prefix="/v1", description="Masked scaled dot-product attention.")
@@ -38,4 +38,4 @@ def attention_view() -> dict[str, Any]:
     weights, and the output mixes the values with them.
     """
     typed: AttentionRequest = load_json_body(request, SCHEMA)
-    return attention_response(run_admitted(typed), include=typed.include)
+    return run_admitted(answered(typed, lambda result: attention_response(result, include=typed.include)))

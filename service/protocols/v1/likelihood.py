@@ -15,7 +15,7 @@ from service.protocols.declarations.likelihood import (
 from service.protocols.v1.examples import LIKELIHOOD_EXAMPLE_REQUEST, LIKELIHOOD_EXAMPLE_RESPONSE
 from service.protocols.v1.parsing import load_json_body
 from service.requests import LikelihoodRequest
-from service.web.admission import run_admitted
+from service.web.admission import answered, run_admitted
 from service.web.routes import Routes
 
 routes = Routes("likelihood", __name__, url_prefix="/v1", description="Log-likelihood of token sequences.")
@@ -34,4 +34,4 @@ SCHEMA = LikelihoodRequestSchema()
 def likelihood_view() -> dict[str, Any]:
     """Per-token log-probabilities and ranks, and per-sequence log-likelihood, NLL and perplexity."""
     typed: LikelihoodRequest = load_json_body(request, SCHEMA)
-    return likelihood_response(run_admitted(typed))
+    return run_admitted(answered(typed, likelihood_response))

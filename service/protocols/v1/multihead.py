@@ -15,7 +15,7 @@ from service.protocols.declarations.multihead import (
 from service.protocols.v1.examples import MULTI_HEAD_EXAMPLE_REQUEST, MULTI_HEAD_EXAMPLE_RESPONSE
 from service.protocols.v1.parsing import load_json_body
 from service.requests import MultiHeadRequest
-from service.web.admission import run_admitted
+from service.web.admission import answered, run_admitted
 from service.web.routes import Routes
 
 routes = Routes(
@@ -41,4 +41,4 @@ def multi_head_attention_view() -> dict[str, Any]:
     shares key/value heads (grouped-query attention).
     """
     typed: MultiHeadRequest = load_json_body(request, SCHEMA)
-    return multi_head_response(run_admitted(typed), include=typed.include)
+    return run_admitted(answered(typed, lambda result: multi_head_response(result, include=typed.include)))

@@ -10,20 +10,29 @@ import flask
 import marshmallow as ma
 import orjson
 
+from service.web.admission import decode_off_the_loop
 from service.web.body import read_body
 from service.web.problems import Problem, problem_from_validation_messages, refuse_many_unknown_fields
 
 
 def load_json_body(req: flask.Request, schema: ma.Schema) -> Any:
-    """``schema.load`` of the request's JSON body (for a request schema: the typed request)."""
+    """``schema.load`` of the request's JSON body (for a request schema: the typed request).
+
+    A large body is parsed and loaded off the worker's loop (service.web.admission.decode_off_the_loop).
+    """
     require_json_body(req)
-    data = parse_json(read_body(req))
-    if isinstance(data, dict):
-        refuse_many_unknown_fields(data, schema)
+    body = read_body(req)
     try:
-        return schema.load(data)
+        return decode_off_the_loop(lambda: _load(body, schema), body_bytes=len(body))
     except ma.ValidationError as error:
         raise problem_from_validation_messages(error.messages, schema) from None
+
+
+def _load(body: bytes, schema: ma.Schema) -> Any:
+    data = parse_json(body)
+    if isinstance(data, dict):
+        refuse_many_unknown_fields(data, schema)
+    return schema.load(data)
 
 
 def parse_json(data: bytes) -> Any:

@@ -15,7 +15,7 @@ from service.protocols.declarations.positions import (
 from service.protocols.v1.examples import POSITIONAL_EXAMPLE_REQUEST, POSITIONAL_EXAMPLE_RESPONSE
 from service.protocols.v1.parsing import load_json_body
 from service.requests import PositionalEncodingRequest
-from service.web.admission import run_admitted
+from service.web.admission import answered, run_admitted
 from service.web.routes import Routes
 
 routes = Routes(
@@ -39,4 +39,6 @@ SCHEMA = PositionalEncodingRequestSchema()
 def positional_encoding_view() -> dict[str, Any]:
     """The sinusoidal table for some positions, or rotary embedding applied to rows at their positions."""
     typed: PositionalEncodingRequest = load_json_body(request, SCHEMA)
-    return positional_encoding_response(run_admitted(typed), include=typed.include)
+    return run_admitted(
+        answered(typed, lambda result: positional_encoding_response(result, include=typed.include))
+    )

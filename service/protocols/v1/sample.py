@@ -11,7 +11,7 @@ from service.protocols.declarations.sample import SampleRequestSchema, SampleRes
 from service.protocols.v1.examples import SAMPLE_EXAMPLE_REQUEST, SAMPLE_EXAMPLE_RESPONSE
 from service.protocols.v1.parsing import load_json_body
 from service.requests import SampleRequest
-from service.web.admission import run_admitted
+from service.web.admission import answered, run_admitted
 from service.web.routes import Routes
 
 routes = Routes(
@@ -38,4 +38,4 @@ def sample_view() -> dict[str, Any]:
     From the distribution /v1/softmax shows: temperature, top_k, top_p, min_p, each on what is left.
     """
     typed: SampleRequest = load_json_body(request, SCHEMA)
-    return sample_response(run_admitted(typed))
+    return run_admitted(answered(typed, sample_response))

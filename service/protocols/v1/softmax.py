@@ -15,7 +15,7 @@ from service.protocols.declarations.softmax import (
 from service.protocols.v1.examples import SOFTMAX_EXAMPLE_REQUEST, SOFTMAX_EXAMPLE_RESPONSE
 from service.protocols.v1.parsing import load_json_body
 from service.requests import SoftmaxRequest
-from service.web.admission import run_admitted
+from service.web.admission import answered, run_admitted
 from service.web.routes import Routes
 
 routes = Routes(
@@ -36,4 +36,4 @@ SCHEMA = SoftmaxRequestSchema()
 def softmax_view() -> dict[str, Any]:
     """Probabilities over the last axis of the logits, after mask, temperature, top-k, top-p and min-p."""
     typed: SoftmaxRequest = load_json_body(request, SCHEMA)
-    return softmax_response(run_admitted(typed), include=typed.include)
+    return run_admitted(answered(typed, lambda result: softmax_response(result, include=typed.include)))
