@@ -62,21 +62,43 @@ class Model:
     name: str
     schema_name: str  # the contract's component names start with it
     description: str
-    inputs: Mapping[str, InputSpec]
-    declaration: type[Schema]  # the request's one declaration (its /v1 schema): parameters come from it
+    declaration: type[Schema]  # the request's one declaration (its /v1 schema): tensors and parameters
+    input_shapes: Mapping[
+        str, tuple[int, ...]
+    ]  # each input's shape in the metadata: -1 per variable dimension
     outputs: Mapping[str, OutputSpec]
     build: Callable[[dict[str, Any], dict[str, Any], frozenset[str]], Request]
 
+    inputs: Mapping[str, InputSpec] = field(init=False)
     parameters: Schema = field(init=False)
 
     def __post_init__(self) -> None:
-        parameters = parameters_schema(self.declaration, f"{self.schema_name}Parameters")
-        object.__setattr__(self, "parameters", parameters)  # frozen: set once, here
+        # Frozen: each derived once, here.
+        object.__setattr__(self, "inputs", input_tensors(self.declaration, self.input_shapes))
+        object.__setattr__(
+            self, "parameters", parameters_schema(self.declaration, f"{self.schema_name}Parameters")
+        )
 
     def output_datatype(self, output: OutputSpec, precision: str) -> str:
         if output.datatype == FOLLOWS_PRECISION:
             return "FP32" if precision == "float32" else "FP64"
         return output.datatype
+
+
+_KIND_DATATYPES = {"number": FLOAT, "integer": INTEGER, "boolean": BOOL}
+
+
+def input_tensors(declaration: type[Schema], shapes: Mapping[str, tuple[int, ...]]) -> dict[str, InputSpec]:
+    """The input tensors of a model: the array fields of its request's declaration, each taking the
+    datatypes of its element kind and required as the field is; ``shapes`` (the metadata's, in its order)
+    must name each array field."""
+    arrays = {name: f for name, f in declaration().fields.items() if isinstance(f, Array)}
+    if set(shapes) != set(arrays):
+        raise ValueError(f"{declaration.__name__}: shapes for {sorted(shapes)}, arrays {sorted(arrays)}")
+    return {
+        name: InputSpec(_KIND_DATATYPES[arrays[name].kind], shape, required=arrays[name].required)
+        for name, shape in shapes.items()
+    }
 
 
 def parameters_schema(request_schema: type[Schema], name: str) -> Schema:
@@ -132,13 +154,13 @@ ATTENTION = Model(
     name="attention",
     schema_name="Attention",
     description="Masked scaled dot-product attention (as POST /v1/attention).",
-    inputs={
-        "query": InputSpec(FLOAT, (-1, -1)),
-        "key": InputSpec(FLOAT, (-1, -1)),
-        "value": InputSpec(FLOAT, (-1, -1)),
-        "mask": InputSpec(BOOL, (-1, -1), required=False),
-        "bias": InputSpec(FLOAT, (-1, -1), required=False),
-        "alibi_slopes": InputSpec(FLOAT, (-1,), required=False),
+    input_shapes={
+        "query": (-1, -1),
+        "key": (-1, -1),
+        "value": (-1, -1),
+        "mask": (-1, -1),
+        "bias": (-1, -1),
+        "alibi_slopes": (-1,),
     },
     declaration=AttentionRequestSchema,
     outputs=_outputs(
@@ -156,7 +178,7 @@ SOFTMAX = Model(
     name="softmax",
     schema_name="Softmax",
     description="Softmax with temperature, mask, top-k and top-p (as POST /v1/softmax).",
-    inputs={"logits": InputSpec(FLOAT, (-1, -1)), "mask": InputSpec(BOOL, (-1, -1), required=False)},
+    input_shapes={"logits": (-1, -1), "mask": (-1, -1)},
     declaration=SoftmaxRequestSchema,
     outputs=_outputs(
         OutputSpec("probabilities", FOLLOWS_PRECISION, (-1, -1), lambda r: r.probabilities),
@@ -184,7 +206,7 @@ LOG_LIKELIHOOD = Model(
     name="log-likelihood",
     schema_name="LogLikelihood",
     description="Per-token log-probabilities and per-sequence log-likelihood (as POST /v1/log-likelihood).",
-    inputs={"logits": InputSpec(FLOAT, (-1, -1, -1)), "targets": InputSpec(INTEGER, (-1, -1))},
+    input_shapes={"logits": (-1, -1, -1), "targets": (-1, -1)},
     declaration=LikelihoodRequestSchema,
     outputs=_outputs(
         OutputSpec("token_logprobs", FOLLOWS_PRECISION, (-1, -1), lambda r: r.token_logprobs),
@@ -211,7 +233,7 @@ SAMPLE = Model(
     name="sample",
     schema_name="Sample",
     description="Seeded draws after temperature, top-k, top-p and min-p (as POST /v1/sample).",
-    inputs={"logits": InputSpec(FLOAT, (-1, -1)), "mask": InputSpec(BOOL, (-1, -1), required=False)},
+    input_shapes={"logits": (-1, -1), "mask": (-1, -1)},
     declaration=SampleRequestSchema,
     outputs=_outputs(
         OutputSpec("tokens", "INT64", (-1, -1), lambda r: r.tokens),
