@@ -35,6 +35,7 @@ import contextvars
 import math
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -166,6 +167,48 @@ class Reservation:
             self.held_bytes = self.upload_bytes = 0
 
 
+class _Outcome(Generic[T]):
+    """What a function run on a thread gave: its value, or the exception it raised; handed over once."""
+
+    def __init__(self, value: T | None = None, error: Exception | None = None) -> None:
+        self._value = value
+        self._error = error
+
+    def unwrap(self) -> T:
+        """The value (or raise the exception), forgetting both: the pool may keep this object a while."""
+        value, error = self._value, self._error
+        self._value = self._error = None
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]  # None only when T admits it
+
+
+class _Job(Generic[T]):
+    """``function`` for a thread pool: it returns its exception rather than raise it on the thread, and lets
+    go of the function (and the request it holds) once it has run.
+
+    The loop raises the exception instead, where the app's error handlers answer it. Raised on the thread,
+    gevent's pool would print it as a failure (every 422 of a large body), and a pool's thread keeps its last
+    task until the next one: with it the request's parsed body or arrays, hundreds of MB after a hostile
+    body, beyond the request.
+    """
+
+    def __init__(self, function: Callable[[], T]) -> None:
+        self._function: Callable[[], T] | None = function
+
+    def __call__(self) -> _Outcome[T]:
+        function, self._function = self._function, None
+        assert function is not None, "a job runs once"
+        try:
+            return _Outcome(value=function())
+        except Exception as error:
+            if error.__traceback__ is not None:
+                traceback.clear_frames(error.__traceback__)  # keep the trace, drop the frames' locals
+            return _Outcome(error=error)
+        finally:
+            del function
+
+
 @dataclass
 class _Waiter:
     estimate: float
@@ -196,8 +239,8 @@ class Admission:
         """``decode()`` on this process's decoding thread (created on first use, after the worker forked)."""
         if self._decode_pool is None:
             self._decode_pool = ThreadPool(1)
-        value: T = self._decode_pool.spawn(decode).get()
-        return value
+        outcome: _Outcome[T] = self._decode_pool.spawn(_Job(decode)).get()
+        return outcome.unwrap()
 
     # --- memory ---------------------------------------------------------------------------------------------
     def try_hold(self, size: int, *, upload: bool, computation: bool = False) -> bool:
@@ -272,14 +315,11 @@ class Admission:
                 self._leave(token, started, cpu_seconds)
         if self._pool is None:
             self._pool = ThreadPool(self.limits.compute_slots)
-        result = self._pool.spawn(compute)
+        result = self._pool.spawn(_Job(compute))
         try:
-            value: T = result.get(timeout=self.limits.compute_deadline_seconds)
+            outcome: _Outcome[T] = result.get(timeout=self.limits.compute_deadline_seconds)
         except BaseException as error:
             timed_out = isinstance(error, gevent.Timeout)
-            if not timed_out and result.ready():  # the computation itself raised: its thread is done
-                self._leave(token, started, cpu_seconds)
-                raise
             # The thread cannot be stopped: it finishes on its own, still holding the inputs and arrays it
             # computes with, so it keeps the request's share of the budget (not just its slot) until then,
             # although the request is answered now.
@@ -295,7 +335,7 @@ class Admission:
                 title="Deadline exceeded",
             ) from None
         self._leave(token, started, cpu_seconds)
-        return value
+        return outcome.unwrap()
 
     def _enter(self, estimate: float, memory_bytes: int) -> _Waiter:
         """Wait for a slot and the memory, first come first served; a 503 when that cannot be soon enough."""

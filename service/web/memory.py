@@ -39,6 +39,29 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 
 _MALLOC_TRIM = _find_malloc_trim()
 
+# glibc's mallopt parameter (malloc.h) for the number of malloc arenas.
+_M_ARENA_MAX = -8
+
+
+def _one_malloc_arena() -> bool:
+    """Have every thread allocate from glibc's main arena, the one ``malloc_trim`` gives back in full.
+
+    Admission computes and decodes on threads; glibc would give each its own arena, whose heap top
+    ``malloc_trim`` leaves alone and which keeps up to 64 MiB after a large request (a worker stayed 45 MiB
+    above its fresh size after a body of 1.3 million unknown fields was decoded on a thread). One arena costs
+    nothing measurable here: the interpreter lock already lets one thread allocate at a time.
+    """
+    library = ctypes.util.find_library("c")
+    if library is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(library).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_ARENA_MAX, 1))
+
 
 def release_freed_memory() -> bool:
     """Return free heap pages to the system; True when something was released."""
@@ -46,8 +69,9 @@ def release_freed_memory() -> bool:
 
 
 def install_memory_release(app: Flask) -> None:
-    """After a large body or a large answer (streamed, or 1 MiB or more) is sent, release what was freed."""
-
+    """After a large body or a large answer (streamed, or 1 MiB or more) is sent, release what was freed, and
+    keep every thread's allocations in the arena that release reaches (:func:`_one_malloc_arena`)."""
+    _one_malloc_arena()
     request_steps(app).add_after(_release_after_large_requests)
 
 
