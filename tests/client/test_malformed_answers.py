@@ -7,6 +7,7 @@ The answers are made by hand (httpx.MockTransport), sync and async alike.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 from collections.abc import Callable
 from typing import Any
@@ -100,7 +101,10 @@ def call_async(body: bytes, headers: dict[str, str], status: int = 200) -> Softm
         async with AsyncClient("http://service.test", transport=answering(body, headers, status)) as service:
             return await service.softmax(LOGITS)
 
-    return asyncio.run(call())
+    # On a thread of its own: a session-wide fixture (Playwright's, in tests/browser) may leave an event loop
+    # running on this one, and asyncio.run refuses to start inside it.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as thread:
+        return thread.submit(lambda: asyncio.run(call())).result(timeout=60)
 
 
 CALLS = pytest.mark.parametrize("call", [call_sync, call_async], ids=["sync", "async"])
