@@ -252,11 +252,16 @@ class Admission:
         budget = self.limits.memory_budget_bytes
         return budget - int(SMALL_REQUEST_SHARE * budget)
 
-    def _try_hold_locked(self, size: int, *, upload: bool, computation: bool = False) -> bool:
+    def fits(self, size: int, *, upload: bool, computation: bool = False) -> bool:
+        """Whether ``size`` more bytes fit the budget now: the whole of it for a small request's, all but
+        small requests' room for a large upload's or a computation's, and an upload within uploads' share."""
         budget = self.large_request_budget() if upload or computation else self.limits.memory_budget_bytes
         if self.held_bytes + size > budget:
             return False
-        if upload and self.upload_bytes + size > UPLOAD_SHARE * budget:
+        return not (upload and self.upload_bytes + size > UPLOAD_SHARE * self.limits.memory_budget_bytes)
+
+    def _try_hold_locked(self, size: int, *, upload: bool, computation: bool = False) -> bool:
+        if not self.fits(size, upload=upload, computation=computation):
             return False
         self.held_bytes += size
         if upload:
@@ -418,19 +423,25 @@ def refusal_before_body(admission: Admission, content_length: int | None) -> Pro
             f"The request body is larger than the limit of {limits.max_body_bytes:,} bytes (MAX_BODY_BYTES).",
             slug="body-too-large",
         )
-    size = limits.max_body_bytes if content_length is None else content_length
-    budget = limits.memory_budget_bytes
-    upload = size > SMALL_BODY_BYTES
-    if admission.held_bytes + size > (admission.large_request_budget() if upload else budget) or (
-        upload and admission.upload_bytes + size > UPLOAD_SHARE * budget
-    ):
-        return overloaded(
-            f"This worker holds {admission.held_bytes:,} bytes of its {budget:,}-byte memory budget "
-            f"(MEMORY_BUDGET_BYTES) for other requests and cannot take a body of {size:,} bytes now; try "
-            "again shortly.",
-            1.0,
-        )
-    return None
+    size = body_reservation(limits, content_length)
+    return (
+        None if admission.fits(size, upload=size > SMALL_BODY_BYTES) else _no_room_for_body(admission, size)
+    )
+
+
+def body_reservation(limits: AdmissionLimits, content_length: int | None) -> int:
+    """What a body reserves of the budget before it is read: its length, or ``MAX_BODY_BYTES`` if chunked."""
+    return limits.max_body_bytes if content_length is None else content_length
+
+
+def _no_room_for_body(admission: Admission, size: int) -> Problem:
+    budget = admission.limits.memory_budget_bytes
+    return overloaded(
+        f"This worker holds {admission.held_bytes:,} bytes of its {budget:,}-byte memory budget "
+        f"(MEMORY_BUDGET_BYTES) for other requests and cannot take a body of {size:,} bytes now; try "
+        "again shortly.",
+        1.0,
+    )
 
 
 _current: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("reservation", default=None)
@@ -545,17 +556,17 @@ def install_admission(app: Flask) -> Admission:
 
 def _admit_body(request: Request, g: RequestGlobals) -> None:
     """Refuse a body from its headers (413, or 503 when the budget cannot take it), else set its deadline."""
-    if request.content_length in (None, 0) and not _is_chunked(request):
+    if request.content_length in (None, 0) and not _is_chunked(request.environ):
         return
     admission = admission_of(current_app)
     reservation: Reservation | None = request.environ.get(_RESERVATION_KEY)
     if admission is None or reservation is None:
         return
     length = request.content_length
+    size = body_reservation(admission.limits, length)
     refusal = refusal_before_body(admission, length)
-    size = admission.limits.max_body_bytes if length is None else length
     if refusal is None and not reservation.take(size, upload=True):
-        refusal = refusal_before_body(admission, length) or overloaded("No room for this body now.", 1.0)
+        refusal = _no_room_for_body(admission, size)  # taken by another request since the check
     if refusal is not None:
         close_connection_after_answer()
         raise refusal
@@ -567,8 +578,8 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         )
 
 
-def _is_chunked(request: Request) -> bool:
-    return "chunked" in request.headers.get("Transfer-Encoding", "").lower()
+def _is_chunked(environ: dict[str, Any]) -> bool:
+    return "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
 
 
 def _close_if_unread(environ: dict[str, Any]) -> None:
@@ -581,10 +592,6 @@ def _close_if_unread(environ: dict[str, Any]) -> None:
     if (
         counted.timed_out
         or (declared is not None and counted.bytes_read < declared)
-        or (
-            declared is None
-            and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
-            and not counted.ended
-        )
+        or (declared is None and _is_chunked(environ) and not counted.ended)
     ):
         close_connection_after_answer()

@@ -78,12 +78,6 @@ class CountingInput:
             return self.deadline
         return min(self.deadline, self._on_time_from + (self.bytes_read + size) / self._bytes_per_second)
 
-    def _count(self, data: bytes, size: int | None) -> bytes:
-        self.bytes_read += len(data)
-        if size is None or size < 0 or len(data) < size:
-            self.ended = True
-        return data
-
     @contextlib.contextmanager
     def _within_deadline(self, size: int | None) -> Iterator[None]:
         due = self._due(size)
@@ -104,30 +98,28 @@ class CountingInput:
             raise BodyTooSlow() from None
 
     def read(self, size: int | None = -1) -> bytes:
-        try:
-            with self._within_deadline(size):
-                return self._count(self._stream.read(size) if size is not None else self._stream.read(), size)
-        except (OSError, ValueError):
-            raise  # a disconnect: werkzeug's LimitedStream turns these into ClientDisconnected (400)
-        except BodyTooSlow:
-            raise
-        except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
-            raise UnreadableBody() from error
+        data = self._counted(self._stream.read, size)
+        if size is None or size < 0 or len(data) < size:
+            self.ended = True
+        return data
 
     def readline(self, size: int | None = -1) -> bytes:
+        data = self._counted(self._stream.readline, size)
+        if not data:  # a line may be shorter than asked for; only an empty one ends the body
+            self.ended = True
+        return data
+
+    def _counted(self, read: Callable[..., bytes], size: int | None) -> bytes:
+        """``read(size)`` within the deadline, counted; the server's framing errors become a 400."""
         try:
             with self._within_deadline(size):
-                data = self._stream.readline(size) if size is not None else self._stream.readline()
-            self.bytes_read += len(data)
-            if not data:
-                self.ended = True
-            return data
-        except (OSError, ValueError):
-            raise
-        except BodyTooSlow:
-            raise
-        except Exception as error:
+                data = read(size) if size is not None else read()
+        except (OSError, ValueError, BodyTooSlow):
+            raise  # a disconnect (werkzeug's LimitedStream makes it a ClientDisconnected 400), or the 408
+        except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
             raise UnreadableBody() from error
+        self.bytes_read += len(data)
+        return data
 
     def __iter__(self) -> CountingInput:
         return self

@@ -47,24 +47,16 @@ def datatype_of(array: np.ndarray) -> str:
 
 def malformed(detail: str, *, field: str) -> Problem:
     """A 400: the body does not follow the protocol (framing, sizes, structure), naming what is wrong."""
-    return Problem(
-        400,
-        f"The request is malformed. {field}: {detail}",
-        slug="malformed-request",
-        title="Malformed request",
-        errors={field: [detail]},
-    )
+    return _naming(400, "malformed-request", "Malformed request", "The request is malformed.", detail, field)
 
 
 def invalid(detail: str, *, field: str) -> Problem:
     """A 422: the body follows the protocol but breaks a model's rule, naming the tensor or parameter."""
-    return Problem(
-        422,
-        f"The request is invalid. {field}: {detail}",
-        slug="validation-error",
-        title="Invalid request",
-        errors={field: [detail]},
-    )
+    return _naming(422, "validation-error", "Invalid request", "The request is invalid.", detail, field)
+
+
+def _naming(status: int, slug: str, title: str, summary: str, detail: str, field: str) -> Problem:
+    return Problem(status, f"{summary} {field}: {detail}", slug=slug, title=title, errors={field: [detail]})
 
 
 def split_body(body: bytes, header_length: str | None) -> tuple[memoryview, memoryview]:
