@@ -33,11 +33,12 @@ import weakref
 from typing import Any
 
 import gevent
+from flask import Flask
 from gevent import Greenlet
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server.problems import write_problem
-from service.web.admission import admission_of, refusal_before_body
+from service.web.admission import Admission, admission_of, refusal_before_body
 from service.web.connection import on_close_request, on_stall_watch, take_close_request
 from service.web.problems import Problem
 from service.web.statuses import status_phrase
@@ -157,6 +158,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.served: weakref.WeakSet[Greenlet] = weakref.WeakSet()  # connections past their first request
         self.crowded_above = max(1, int(CROWDED_SHARE * self.worker_connections))
         self.close_after_each_answer = False
+        self.admission: Admission | None = None  # the app's, once loaded (load_wsgi)
+
+    def load_wsgi(self) -> None:
+        super().load_wsgi()
+        self.admission = admission_of(self.wsgi) if isinstance(self.wsgi, Flask) else None
 
     def init_process(self) -> None:
         # With keep-alive off (GUNICORN_KEEPALIVE=0) gunicorn reads each head without timeout_ctx(): no head
@@ -168,8 +174,9 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         super().init_process()
 
     def header_timeout(self) -> float:
-        admission = admission_of(self.wsgi) if hasattr(self.wsgi, "extensions") else None
-        return admission.limits.header_timeout_seconds if admission is not None else float(self.cfg.keepalive)
+        if self.admission is None:
+            return float(self.cfg.keepalive)
+        return self.admission.limits.header_timeout_seconds
 
     def timeout_ctx(self) -> _HeadWait:
         first = gevent.getcurrent() not in self.served
@@ -238,8 +245,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         headers = {name: value for name, value in req.headers}
         if headers.get("EXPECT", "").strip().lower() != "100-continue":
             return None
-        admission = admission_of(self.wsgi) if hasattr(self.wsgi, "extensions") else None
-        if admission is None:
+        if self.admission is None:
             return None
         length = headers.get("CONTENT-LENGTH")
         chunked = "chunked" in headers.get("TRANSFER-ENCODING", "").lower()
@@ -249,4 +255,4 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             content_length = None if length is None else int(length)
         except ValueError:
             return None  # gunicorn refuses a malformed Content-Length itself
-        return refusal_before_body(admission, content_length)
+        return refusal_before_body(self.admission, content_length)
