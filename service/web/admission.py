@@ -49,7 +49,7 @@ from service.requests import Work
 from service.web.body import CountingInput, body_bytes_read, counting_input
 from service.web.connection import close_connection_after_answer, under_gevent
 from service.web.hooks import RequestGlobals, request_steps
-from service.web.limits import admit_work
+from service.web.limits import JSON_ANSWER, AnswerEncoding, admit_work
 from service.web.problems import Problem
 
 try:  # the default worker's; the service also runs without it (the test client, flask run)
@@ -493,15 +493,16 @@ def decode_off_the_loop(decode: Callable[[], T], *, body_bytes: int) -> T:
     return admission.on_decode_thread(decode)
 
 
-def run_admitted(computation: Computation[T]) -> T:
-    """Check the work against the limits (413), then compute in a compute slot (503/504 when it cannot).
+def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSWER) -> T:
+    """Check the work against the limits (413; its answer as it will be written: ``answer``), then compute
+    in a compute slot (503/504 when it cannot).
 
     Every protocol's view calls this, and only this, between building its typed request and encoding the
     result. The computation's memory (:data:`HELD_PER_BODY_BYTE` per body byte, :data:`HELD_PER_WORK_ELEMENT`
     per element held whole: :func:`held_elements`) is held from the budget until the answer has been sent.
     """
     work = computation.work()
-    admit_work(work)
+    admit_work(work, answer)
     admission = admission_of(current_app)
     reservation = _current.get()
     if admission is None or reservation is None:

@@ -2,24 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from flask import current_app
 
 from service.requests import Bound, Work
 from service.web.metrics import record_work
 from service.web.problems import Problem
-
-
-def admit_work(work: Work) -> None:
-    """Refuse ``work`` with a 413 problem if any of its bounds is over its limit; else count it.
-
-    Accepted work is observed once in the ``attention_work_elements`` histogram (refused work is not):
-    every protocol's view calls this, and only this, between building its typed request and running it.
-    """
-    for bound in work.bounds:
-        ensure_within(bound)
-    ensure_answer_within(work.answer_elements)
-    record_work(work.elements)
-
 
 # The longest JSON one value of an answer takes with its separator: a float64 such as
 # -2.2250738585072014e-308 and a comma. float32 values, integers, booleans and nulls are shorter, so the
@@ -27,24 +16,54 @@ def admit_work(work: Work) -> None:
 JSON_BYTES_PER_VALUE = 25
 
 
-def answer_bytes_estimate(answer_elements: int) -> int:
-    """At most how many bytes of JSON an answer of ``answer_elements`` values takes."""
-    return answer_elements * JSON_BYTES_PER_VALUE
+@dataclass(frozen=True)
+class AnswerEncoding:
+    """How an answer writes its values, for the estimate of its size made before computing."""
+
+    name: str  # as the 413 names it: "JSON", "binary tensor data"
+    bytes_per_value: int  # the most one value can take, its separator included
 
 
-def ensure_answer_within(answer_elements: int) -> None:
+JSON_ANSWER = AnswerEncoding("JSON", JSON_BYTES_PER_VALUE)
+
+
+def binary_answer(bytes_per_value: int) -> AnswerEncoding:
+    """An answer of raw little-endian values (/v2's binary tensor data): 8 bytes per float64 or int64, 4
+    per float32, 1 per boolean, no separators."""
+    return AnswerEncoding("binary tensor data", bytes_per_value)
+
+
+def admit_work(work: Work, answer: AnswerEncoding = JSON_ANSWER) -> None:
+    """Refuse ``work`` with a 413 problem if any of its bounds, or its answer written as ``answer``, is over
+    its limit; else count it.
+
+    Accepted work is observed once in the ``attention_work_elements`` histogram (refused work is not):
+    every protocol's view calls this, and only this, between building its typed request and running it.
+    """
+    for bound in work.bounds:
+        ensure_within(bound)
+    ensure_answer_within(work.answer_elements, answer)
+    record_work(work.elements)
+
+
+def answer_bytes_estimate(answer_elements: int, answer: AnswerEncoding = JSON_ANSWER) -> int:
+    """At most how many bytes an answer of ``answer_elements`` values takes, written as ``answer``."""
+    return answer_elements * answer.bytes_per_value
+
+
+def ensure_answer_within(answer_elements: int, answer: AnswerEncoding = JSON_ANSWER) -> None:
     """Raise a 413 problem naming the answer's size when its estimate is over ``MAX_ANSWER_BYTES``.
 
     Checked before computing: broadcasting lets a body of a few KB ask for hundreds of MB of answer.
     """
     limit: int = current_app.config["MAX_ANSWER_BYTES"]
-    estimate = answer_bytes_estimate(answer_elements)
+    estimate = answer_bytes_estimate(answer_elements, answer)
     if estimate > limit:
         raise Problem(
             413,
-            f"The answer would hold {answer_elements:,} values, up to {estimate:,} bytes of JSON "
-            f"({JSON_BYTES_PER_VALUE} per value); the limit is {limit:,} bytes (MAX_ANSWER_BYTES). Ask for "
-            "fewer arrays (include) or smaller shapes.",
+            f"The answer would hold {answer_elements:,} values, up to {estimate:,} bytes of {answer.name} "
+            f"({answer.bytes_per_value} per value); the limit is {limit:,} bytes (MAX_ANSWER_BYTES). Ask "
+            "for fewer arrays (include) or smaller shapes.",
             slug="answer-too-large",
             title="Answer too large",
         )

@@ -32,6 +32,7 @@ from service.protocols.v2.schemas import (
     inference_request_schema,
 )
 from service.protocols.v2.tensors import (
+    DTYPES,
     HEADER_LENGTH,
     OutputTensor,
     decode_inputs,
@@ -44,6 +45,7 @@ from service.protocols.v2.tensors import (
 from service.web.admission import run_admitted
 from service.web.body import read_body
 from service.web.json_provider import dumps_bytes
+from service.web.limits import JSON_ANSWER, AnswerEncoding, binary_answer
 from service.web.problems import (
     Problem,
     did_you_mean,
@@ -233,7 +235,7 @@ def _infer(model: Model) -> Response:
     )
     typed = model.build(arrays, options, chosen)
     answered = _answered_outputs(model, typed, explicit, binary_by_default)
-    result = run_admitted(typed)
+    result = run_admitted(typed, _answer_encoding(model, answered, options.get("precision", "float64")))
 
     tensors = [
         OutputTensor(name, array, binary)
@@ -308,6 +310,15 @@ def _answered_outputs(
                 f"output {name!r} needs the top_logprobs parameter to be at least 1.", field="outputs"
             )
     return explicit
+
+
+def _answer_encoding(model: Model, answered: dict[str, bool], precision: str) -> AnswerEncoding:
+    """How the answer's values are written, for its size estimate: binary data at the widest binary datatype
+    answered (8 bytes for FP64 and INT64, 4 for FP32), JSON text as soon as one output is JSON."""
+    if not answered or not all(answered.values()):
+        return JSON_ANSWER
+    widest = max(DTYPES[model.output_datatype(model.outputs[name], precision)].itemsize for name in answered)
+    return binary_answer(widest)
 
 
 def _is_default(spec: OutputSpec, typed: Request) -> bool:
