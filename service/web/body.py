@@ -20,8 +20,12 @@ from flask.wrappers import Request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, RequestTimeout
 
 from service.web.connection import close_connection_after_answer, stall_watch, under_gevent
+from service.web.problems import Problem
 
 _ENVIRON_KEY = "attention.body"
+# The labels of a form or of text: what `curl -d` sends unless told otherwise, and what a page on any origin
+# may send without the browser asking the server first (CORS-safelisted). Neither protocol declares them.
+FORM_MEDIA_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
 
 
 class UnreadableBody(BadRequest):
@@ -186,3 +190,18 @@ def read_body(req: flask.Request) -> bytes:
         # exactly the limit is accepted, as it is with a Content-Length.
         raise RequestEntityTooLarge()
     return data
+
+
+def refuse_form_label(req: flask.Request, accepted: str) -> None:
+    """415 for a body labelled as a form or as text, whatever it holds: /v1 and /v2 alike (issue #20).
+
+    ``accepted`` is the protocol's own list of media types, for the answer's ``Accept-Post``.
+    """
+    if req.mimetype in FORM_MEDIA_TYPES:
+        raise Problem(
+            415,
+            f"Send the request body as {accepted} (this request labels it {req.mimetype}, as curl -d does "
+            "unless given -H 'Content-Type: application/json').",
+            slug="unsupported-media-type",
+            headers={"Accept-Post": accepted},
+        )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from collections.abc import Mapping
 from itertools import islice
 from typing import Any
@@ -91,7 +92,29 @@ def problem_from_http_exception(error: HTTPException) -> Problem:
         limit = current_app.config.get("MAX_CONTENT_LENGTH")
         detail = f"The request body is larger than the limit of {limit:,} bytes (MAX_BODY_BYTES)."
         return Problem(413, detail, slug="body-too-large", headers=headers)
+    if status == 404 and has_request_context():
+        wrong_base = _repeated_prefix_problem(request.path)
+        if wrong_base is not None:
+            return wrong_base
     return Problem(status, error.description or "", headers=headers)
+
+
+# "/v2/v2/models/…", "/v1/v1/attention", "/v1/v2/…": a client whose base URL already ends in a protocol's
+# prefix adds one again (Client("http://host:8000/v2")). No route starts with two version segments.
+_REPEATED_PREFIX = re.compile(r"/(v\d+)(?P<meant>/v\d+(?:/.*)?)", re.ASCII)
+
+
+def _repeated_prefix_problem(path: str) -> Problem | None:
+    """The 404 for a path under a repeated protocol prefix, naming the base URL as the thing to fix."""
+    match = _REPEATED_PREFIX.fullmatch(path)
+    if match is None:
+        return None
+    meant = match["meant"]
+    detail = (
+        f"There is nothing at {path[:80]}. Did you mean {meant[:80]}? The base URL must be the server's root "
+        f"(http://host:port), not …/{match[1]}: clients add the protocol's prefix themselves."
+    )
+    return Problem(404, detail, slug="wrong-base-url", title="Not Found", errors={"base_url": [detail]})
 
 
 def _escape_surrogates(value: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import numpy as np
 import pytest
@@ -54,6 +55,46 @@ def test_missing_content_type_gets_415(client: FlaskClient) -> None:
     assert_problem(client.post("/v1/attention", data=b'{"query": [1]}'), 415)
 
 
+# The worked example as each protocol's JSON body.
+SEED_BODIES = {
+    "/v1/attention": SEED,
+    "/v2/models/attention/infer": {
+        "inputs": [
+            {"name": "query", "shape": [2], "datatype": "FP64", "data": [0, 1]},
+            {"name": "key", "shape": [2, 2], "datatype": "FP64", "data": [1, 0, 0, 1]},
+            {"name": "value", "shape": [2, 2], "datatype": "FP64", "data": [6, 0, 0, 3]},
+        ]
+    },
+}
+CURL_DEFAULT = "application/x-www-form-urlencoded"  # what `curl -d` sends without -H 'Content-Type: …'
+
+
+@pytest.mark.parametrize("path", list(SEED_BODIES))
+@pytest.mark.parametrize("content_type", [CURL_DEFAULT, "multipart/form-data; boundary=x", "text/plain"])
+def test_a_json_body_labelled_as_a_form_or_text_is_415_on_both_protocols(
+    client: FlaskClient, path: str, content_type: str
+) -> None:
+    # The body is JSON, but its label says otherwise: both protocols refuse it alike (issue #20), and say
+    # how to send it with curl.
+    body = json.dumps(SEED_BODIES[path])
+    response = client.post(path, data=body, content_type=content_type)
+    problem = assert_problem(response, 415, says="application/json")
+    assert "-H 'Content-Type: application/json'" in problem["detail"]
+    assert problem["type"] == "urn:attention-service:problem:unsupported-media-type"
+    assert "application/json" in response.headers["Accept-Post"]
+    # The same bytes labelled as JSON are the worked example.
+    answer = client.post(path, data=body, content_type="application/json")
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+
+
+def test_v2_reads_an_unlabelled_body_as_tritonclient_sends_it(client: FlaskClient) -> None:
+    path = "/v2/models/attention/infer"
+    answer = client.post(path, data=json.dumps(SEED_BODIES[path]))
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    weights = next(o for o in answer.get_json()["outputs"] if o["name"] == "output")
+    assert weights["data"] == pytest.approx([1.9814307040400587, 2.0092846479799706], rel=1e-12)
+
+
 @pytest.mark.parametrize(
     "raw",
     [b'{"query": [1, 2', b"{'query': 1}", b"\xff\xfe{}", b"", b"   ", b"[" * 5000 + b"]" * 5000],
@@ -98,7 +139,29 @@ def test_missing_required_fields_are_named(client: FlaskClient, path: str) -> No
 
 
 def test_unknown_path_is_404_problem(client: FlaskClient) -> None:
-    assert_problem(client.get("/v1/nope"), 404)
+    problem = assert_problem(client.get("/v1/nope"), 404)
+    assert "base URL" not in problem["detail"]  # the hint below is for a repeated prefix only
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "meant"),
+    [
+        ("POST", "/v2/v2/models/softmax/infer", "/v2/models/softmax/infer"),
+        ("GET", "/v2/v2", "/v2"),
+        ("POST", "/v1/v1/attention", "/v1/attention"),
+        ("GET", "/v1/v2/health/ready", "/v2/health/ready"),
+        ("POST", "/v2/v1/softmax", "/v1/softmax"),
+    ],
+)
+def test_a_repeated_protocol_prefix_is_a_404_saying_the_base_url_is_the_server_root(
+    client: FlaskClient, method: str, path: str, meant: str
+) -> None:
+    # A client given "http://host:8000/v2" as its base URL (issue #20) adds the prefix a second time.
+    response = client.open(path, method=method, json={"inputs": []})
+    problem = assert_problem(response, 404, field="base_url", says="the base URL must be the server's root")
+    assert problem["type"] == "urn:attention-service:problem:wrong-base-url"
+    assert f"Did you mean {meant}?" in problem["detail"]
+    assert "If you entered the URL manually" not in problem["detail"]  # not werkzeug's generic text
 
 
 def test_wrong_method_is_405_problem_with_allow(client: FlaskClient) -> None:

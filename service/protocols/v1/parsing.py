@@ -11,7 +11,7 @@ import marshmallow as ma
 import orjson
 
 from service.web.admission import decode_off_the_loop
-from service.web.body import read_body
+from service.web.body import read_body, refuse_form_label
 from service.web.problems import Problem, problem_from_validation_messages, refuse_many_unknown_fields
 
 
@@ -84,6 +84,7 @@ def require_json_body(request: flask.Request) -> None:
             slug="unsupported-media-type",
             headers={"Accept-Encoding": "identity"},
         )
+    refuse_form_label(request, "application/json")
     if not is_json(request.mimetype):
         sent = request.mimetype or "no Content-Type"
         raise Problem(
