@@ -349,3 +349,112 @@ def reference_for_layer(case: dict[str, Any]) -> tuple[np.ndarray, Any, np.ndarr
         softcap=case["softcap"],
         rope=case["rope"],
     )
+
+
+# --- The rest of the Transformer block: normalization, feed-forward layers, the block ----------------------
+#
+# From the definitions (Ba et al. 2016's LayerNorm with the population variance, Zhang and Sennrich's RMSNorm,
+# Hendrycks and Gimpel's GELU and its tanh form, SiLU, Shazeer's gated variants in LLaMA's convention,
+# Attention Is All You Need §3.1 for post-norm and GPT-2 for pre-norm), one row or one scalar at a time with
+# math.fsum, math.sqrt, math.erfc, math.tanh and math.exp.
+
+
+def reference_norm(
+    x: Array,
+    *,
+    kind: str = "layer",
+    weight: Array | None = None,
+    bias: Array | None = None,
+    eps: float = 1e-5,
+) -> Array:
+    """``x [..., d]`` normalized row by row (``layer``: centred, population variance; ``rms``: not)."""
+    out = np.zeros(x.shape)
+    d = x.shape[-1]
+    for index in np.ndindex(*x.shape[:-1]):
+        row = [float(value) for value in x[index]]
+        centre = math.fsum(row) / d if kind == "layer" else 0.0
+        spread = math.fsum((value - centre) ** 2 for value in row) / d
+        for c, value in enumerate(row):
+            normalized = (value - centre) / math.sqrt(spread + eps)
+            out[(*index, c)] = normalized * (1.0 if weight is None else float(weight[c])) + (
+                0.0 if bias is None else float(bias[c])
+            )
+    return out
+
+
+def reference_activation(name: str, z: float) -> float:
+    """One scalar through ``relu``, ``gelu`` (z·Φ(z)), ``gelu_tanh``, ``silu`` (z·sigmoid(z))."""
+    if name == "relu":
+        return max(z, 0.0)
+    if name == "gelu":
+        return z * 0.5 * math.erfc(-z / math.sqrt(2.0))
+    if name == "gelu_tanh":
+        if abs(z) > 1e100:  # the cube leaves the float range; tanh is ±1 long before
+            return z if z > 0 else -0.0
+        inner = math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)
+        return 0.5 * z * (1.0 + math.tanh(inner))
+    if name == "silu":
+        return z / (1.0 + math.exp(-z)) if z > -700 else 0.0 * z
+    raise ValueError(name)
+
+
+def reference_feed_forward(
+    x: Array, weights: dict[str, Array | None], activation: str
+) -> tuple[Array, Array]:
+    """(output, hidden) of the layer: gated (``swiglu``/``geglu``) multiplies by ``x @ w_3 + b_3``."""
+    gate_of = {"swiglu": "silu", "geglu": "gelu"}
+    w_1, w_2 = weights["w_1"], weights["w_2"]
+    assert w_1 is not None
+    assert w_2 is not None
+    first = reference_linear(x, w_1, weights.get("b_1"))
+    hidden = np.zeros(first.shape)
+    for index in np.ndindex(*first.shape):
+        hidden[index] = reference_activation(gate_of.get(activation, activation), float(first[index]))
+    if activation in gate_of:
+        w_3 = weights["w_3"]
+        assert w_3 is not None
+        gate = reference_linear(x, w_3, weights.get("b_3"))
+        for index in np.ndindex(*first.shape):
+            hidden[index] *= float(gate[index])
+    return reference_linear(hidden, w_2, weights.get("b_2")), hidden
+
+
+def reference_block(
+    x: Array,
+    attention: dict[str, Any],
+    feed_forward: dict[str, Any],
+    norms: tuple[dict[str, Any], dict[str, Any]],
+    *,
+    norm_position: str,
+    **options: Any,
+) -> tuple[Array, Array, OptionsReference]:
+    """(output, residual h, per-head attention) of one block over ``x [*B, n, d_model]``.
+
+    ``attention`` holds ``weights``, ``biases``, ``num_heads``, ``num_kv_heads``; ``feed_forward`` holds
+    ``weights`` and ``activation``; ``norms`` the keywords of :func:`reference_norm`; ``options`` go to the
+    attention reference (``slopes [*B, H]``, ``mask [*B, H, n, n]``, …).
+    """
+
+    def attend(inputs: Array) -> tuple[Array, OptionsReference]:
+        output, per_head, _ = reference_multi_head(
+            inputs,
+            inputs,
+            inputs,
+            attention["weights"],
+            attention["biases"],
+            num_heads=attention["num_heads"],
+            num_kv_heads=attention["num_kv_heads"],
+            **options,
+        )
+        return output, per_head
+
+    def ffn(inputs: Array) -> Array:
+        return reference_feed_forward(inputs, feed_forward["weights"], feed_forward["activation"])[0]
+
+    if norm_position == "pre":
+        update, per_head = attend(reference_norm(x, **norms[0]))
+        residual = x + update
+        return residual + ffn(reference_norm(residual, **norms[1])), residual, per_head
+    update, per_head = attend(x)
+    residual = reference_norm(x + update, **norms[0])
+    return reference_norm(residual + ffn(residual), **norms[1]), residual, per_head

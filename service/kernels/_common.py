@@ -109,6 +109,22 @@ def overflow_error(what: str, dtype: FloatDType, *, field: str | None) -> Numeri
     )
 
 
+def linear(
+    x: FloatArray, weight: FloatArray, bias: FloatArray | None, *, field: str, dtype: FloatDType
+) -> FloatArray:
+    """``x [..., rows, a] @ weight [a, b] + bias [b]`` → ``[..., rows, b]``, with subnormals flushed (fast
+    products, see :func:`flush_subnormals`). An overflow blames ``field``, the weight: the inputs passed
+    their own checks. The one affine map of the multi-head layer's projections and the feed-forward layer.
+    """
+    with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
+        projected: FloatArray = np.matmul(x, weight)
+        if bias is not None:
+            projected += bias
+    if not np.isfinite(projected).all():
+        raise overflow_error(f"the projection by {field}", dtype, field=field)
+    return projected
+
+
 def as_bool_mask(mask: ArrayLike, *, field: str = "mask") -> BoolArray:
     """``mask`` as a boolean array; integer masks must hold only 0 and 1."""
     array = np.asarray(mask)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 
 
 class KernelError(ValueError):
@@ -12,6 +13,27 @@ class KernelError(ValueError):
         super().__init__(message)
         self.message = message
         self.field = field
+
+
+@contextlib.contextmanager
+def fields_under(part: str, *, renamed: dict[str, str] | None = None) -> Iterator[None]:
+    """Errors raised within name their field by its path in a larger request: ``w_3`` becomes
+    ``feed_forward.w_3``, and a field the part has no name of its own for becomes ``part``.
+
+    ``renamed`` maps a part's field to the whole request's name for it instead (a block's attention calls
+    its input ``query``; the block calls it ``x``). The error is re-raised as it is, its type and details
+    kept, so that each protocol renders it as it would the part's own.
+    """
+    try:
+        yield
+    except KernelError as error:
+        if error.field is None:
+            error.field = part
+        elif renamed is not None and error.field in renamed:
+            error.field = renamed[error.field]
+        else:
+            error.field = f"{part}.{error.field}"
+        raise
 
 
 class ShapeError(KernelError):

@@ -32,8 +32,7 @@ from service.kernels._common import (
     IntArray,
     as_float_array,
     check_int,
-    flush_subnormals,
-    overflow_error,
+    linear,
     resolve_float_dtype,
 )
 from service.kernels._errors import KernelError, ShapeError, format_shape
@@ -303,7 +302,7 @@ def multi_head_attention(
     concatenated = np.swapaxes(heads, -3, -2).reshape(
         *heads.shape[:-3], shapes.n, shapes.num_heads * shapes.d_v
     )
-    output = _linear(concatenated, wo, bo, field="w_o", dtype=float_dtype)
+    output = linear(concatenated, wo, bo, field="w_o", dtype=float_dtype)
     if outputs & {"q", "k"} and options.rotary is not None:
         q, k = _rotated_projections(q, k, options.rotary, options.causal_alignment)
     return MultiHeadResult(
@@ -319,24 +318,11 @@ def multi_head_attention(
     )
 
 
-def _linear(
-    x: FloatArray, weight: FloatArray, bias: FloatArray | None, *, field: str, dtype: FloatDType
-) -> FloatArray:
-    """``x @ weight + bias``; an overflow blames the weight (the inputs passed their own checks)."""
-    with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():  # fast products (see _common)
-        projected: FloatArray = np.matmul(x, weight)
-        if bias is not None:
-            projected += bias
-    if not np.isfinite(projected).all():
-        raise overflow_error(f"the projection by {field}", dtype, field=field)
-    return projected
-
-
 def _project(
     x: FloatArray, weight: FloatArray, bias: FloatArray | None, heads: int, *, field: str, dtype: FloatDType
 ) -> FloatArray:
     """``x [..., rows, d] @ weight + bias`` split into heads: ``[..., heads, rows, width / heads]``."""
-    projected = _linear(x, weight, bias, field=field, dtype=dtype)
+    projected = linear(x, weight, bias, field=field, dtype=dtype)
     rows, width = projected.shape[-2:]
     split = projected.reshape(*projected.shape[:-2], rows, heads, width // heads)
     # cast: the stubs lose a float32-or-float64 union through ascontiguousarray; the dtype is unchanged.

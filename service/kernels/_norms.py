@@ -1,0 +1,146 @@
+"""Normalization over the feature axis: LayerNorm (Ba, Kiros and Hinton, 2016) and RMSNorm (Zhang and
+Sennrich, 2019), as PyTorch's ``F.layer_norm`` and ``nn.RMSNorm`` compute them.
+
+``layer``: ``(x − mean) / sqrt(var + eps) · weight + bias`` over the last axis, the variance being the
+population one (divided by ``d``, not ``d − 1``). ``rms``: ``x / sqrt(mean(x²) + eps) · weight`` (no centring,
+no bias). A constant row is no error for ``layer``: its centred values are exactly 0, so its output is
+``bias``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from service.kernels._common import (
+    DTypeArg,
+    FloatArray,
+    FloatDType,
+    Range,
+    all_finite,
+    as_float_array,
+    check_finite_scalar,
+    flush_subnormals,
+    overflow_error,
+    resolve_float_dtype,
+)
+from service.kernels._errors import KernelError, ShapeError, format_shape
+
+NormKind = Literal["layer", "rms"]
+DEFAULT_EPS = (
+    1e-5  # nn.LayerNorm's default (nn.RMSNorm's is the dtype's machine epsilon: pass it when wanted)
+)
+
+
+@dataclass(frozen=True)
+class NormOptions:
+    """How :func:`layer_norm` normalizes; checked when made.
+
+    ``kind``: ``"layer"`` or ``"rms"``. ``weight [d]`` (default ones) scales each feature; ``bias [d]``
+    (default zeros) shifts it, for ``"layer"`` only (RMSNorm has none). ``eps`` (> 0) is added to the
+    variance (or the mean square) before the square root.
+    """
+
+    EPS: ClassVar[Range] = Range(minimum=0, min_inclusive=False)
+
+    kind: NormKind = "layer"
+    weight: ArrayLike | None = None
+    bias: ArrayLike | None = None
+    eps: float = DEFAULT_EPS
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("layer", "rms"):
+            raise KernelError(f"kind must be 'layer' or 'rms', got {self.kind!r}", field="kind")
+        eps = check_finite_scalar(self.eps, field="eps")
+        object.__setattr__(self, "eps", self.EPS.check(eps, field="eps"))
+        if self.kind == "rms" and self.bias is not None:
+            raise KernelError("bias is for kind layer: RMSNorm scales by weight only", field="bias")
+
+
+DEFAULT_NORM = NormOptions()
+
+
+def norm_shape(x_shape: tuple[int, ...], options: NormOptions) -> int:
+    """Check that ``x [..., d]`` and the options' ``weight``/``bias`` (``[d]``) fit; return ``d``.
+
+    Only the shapes are read (``np.shape``), so a request can check before allocating anything.
+    """
+    if len(x_shape) < 1:
+        raise ShapeError("x must have at least 1 dimension [..., d], got a scalar", field="x")
+    d = x_shape[-1]
+    for field, array in (("weight", options.weight), ("bias", options.bias)):
+        if array is not None and tuple(np.shape(array)) != (d,):
+            raise ShapeError(
+                f"{field} must have shape [{d}] (x's last dimension), got {format_shape(np.shape(array))}",
+                field=field,
+            )
+    return d
+
+
+def layer_norm(
+    x: ArrayLike, options: NormOptions = DEFAULT_NORM, *, dtype: DTypeArg = np.float64
+) -> FloatArray:
+    """``x [..., d]`` normalized over its last axis as ``options`` says (see the module docstring) →
+    ``[..., d]``.
+
+    A row whose statistics overflow (a variance or mean square beyond the dtype's range, e.g. entries near
+    1e155 in float64 or 1e19 in float32) raises :class:`NumericalOverflowError` naming ``x``; a result that
+    overflows only through ``weight`` or ``bias`` names that field.
+    """
+    float_dtype = resolve_float_dtype(dtype)
+    array = as_float_array(x, float_dtype, field="x")
+    weight = None if options.weight is None else as_float_array(options.weight, float_dtype, field="weight")
+    bias = None if options.bias is None else as_float_array(options.bias, float_dtype, field="bias")
+    norm_shape(array.shape, options)
+    if not all_finite(array):  # an entry beyond float32's range became inf in the cast
+        raise overflow_error("x", float_dtype, field="x")
+    if options.kind == "layer":
+        normalized = standardized(array, options.eps, float_dtype)
+    else:
+        normalized = root_mean_square_scaled(array, options.eps, float_dtype)
+    return scaled_and_shifted(normalized, weight, bias, float_dtype)
+
+
+def standardized(x: FloatArray, eps: float, dtype: FloatDType) -> FloatArray:
+    """``(x − mean) / sqrt(var + eps)`` over the last axis, with the population variance (a new array).
+
+    The rows are first shifted by their first entry (which changes neither the centred values nor the
+    variance): a constant row then centres to exact zeros, whatever rounding its mean would have had.
+    """
+    with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
+        centred: FloatArray = x - x[..., :1]
+        centred -= centred.mean(axis=-1, keepdims=True)
+        variance = np.square(centred).mean(axis=-1, keepdims=True)
+    if not all_finite(variance):
+        raise overflow_error("the variance of a row of x", dtype, field="x")
+    centred *= 1.0 / np.sqrt(variance + dtype.type(eps))
+    return centred
+
+
+def root_mean_square_scaled(x: FloatArray, eps: float, dtype: FloatDType) -> FloatArray:
+    """``x / sqrt(mean(x²) + eps)`` over the last axis (a new array)."""
+    with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
+        mean_square = np.square(x).mean(axis=-1, keepdims=True)
+    if not all_finite(mean_square):
+        raise overflow_error("the mean square of a row of x", dtype, field="x")
+    scaled: FloatArray = x * (1.0 / np.sqrt(mean_square + dtype.type(eps)))
+    return scaled
+
+
+def scaled_and_shifted(
+    normalized: FloatArray, weight: FloatArray | None, bias: FloatArray | None, dtype: FloatDType
+) -> FloatArray:
+    """``normalized · weight + bias`` in place (either may be absent); an overflow names the one to blame."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if weight is not None:
+            normalized *= weight
+            if not np.isfinite(normalized).all():
+                raise overflow_error("the normalized rows times weight", dtype, field="weight")
+        if bias is not None:
+            normalized += bias
+            if not np.isfinite(normalized).all():
+                raise overflow_error("the normalized rows plus bias", dtype, field="bias")
+    return normalized

@@ -1,0 +1,119 @@
+"""Layer normalization and RMSNorm against the loop reference, and their edge cases."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.kernels import KernelError, NormOptions, NumericalOverflowError, ShapeError, layer_norm
+from tests.layer_references import reference_norm
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    shape=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    kind=st.sampled_from(["layer", "rms"]),
+    affine=st.booleans(),
+    eps=st.sampled_from([1e-5, 1e-6, 0.5]),
+    magnitude=st.sampled_from([1e-3, 1.0, 1e3]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_norm_matches_the_loop_reference(
+    shape: list[int], kind: str, affine: bool, eps: float, magnitude: float, seed: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=shape) * magnitude + rng.normal()
+    d = shape[-1]
+    weight = rng.normal(size=d) if affine else None
+    bias = rng.normal(size=d) if affine and kind == "layer" else None
+    result = layer_norm(x, NormOptions(kind=kind, weight=weight, bias=bias, eps=eps))  # type: ignore[arg-type]
+    expected = reference_norm(x, kind=kind, weight=weight, bias=bias, eps=eps)
+    np.testing.assert_allclose(result, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_layer_norm_row_has_mean_zero_and_unit_variance_before_the_affine_map() -> None:
+    x = np.array([[1.0, 2.0, 3.0, 4.0], [10.0, -10.0, 0.0, 5.0]])
+    out = layer_norm(x, NormOptions(eps=0.0 + 1e-300))
+    np.testing.assert_allclose(out.mean(axis=-1), 0.0, atol=1e-15)
+    np.testing.assert_allclose((out**2).mean(axis=-1), 1.0, rtol=1e-14)
+    # [1, 2, 3, 4]: mean 2.5, population variance 1.25, so the first entry is −1.5 / √1.25.
+    assert out[0, 0] == pytest.approx(-1.5 / np.sqrt(1.25), rel=1e-14)
+
+
+@pytest.mark.parametrize("value", [0.1, 1e300, -7.0, 3.0e-300])
+def test_a_constant_row_gives_exactly_the_bias(value: float) -> None:
+    # 0.1 · 3 / 3 is not 0.1 in floating point: centring by the mean alone would leave ±1.4e-17 · 316.
+    bias = np.array([0.5, -2.0, 3.0])
+    out = layer_norm(np.full((2, 3), value), NormOptions(weight=[2.0, 3.0, 4.0], bias=bias))
+    assert out.tolist() == [bias.tolist()] * 2
+
+
+def test_rms_norm_of_a_constant_row_is_its_sign_times_the_weight_almost() -> None:
+    out = layer_norm([[-2.0, -2.0]], NormOptions(kind="rms", weight=[1.0, 3.0], eps=1e-5))
+    np.testing.assert_allclose(out, [[-2.0 / np.sqrt(4 + 1e-5), -6.0 / np.sqrt(4 + 1e-5)]], rtol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("x", "kind", "dtype"),
+    [
+        ([[1e200, -1e200, 0.0]], "layer", np.float64),  # the variance is 1e400
+        ([[1.7e308, -1.7e308]], "layer", np.float64),  # the shift by the first entry already overflows
+        ([[1e200, 1.0]], "rms", np.float64),
+        ([[1e20, 1.0]], "layer", np.float32),  # 1e40 is beyond float32
+        ([[1e39, 1.0]], "rms", np.float32),  # beyond float32 when cast
+    ],
+)
+def test_rows_whose_statistics_overflow_name_x(x: Any, kind: str, dtype: Any) -> None:
+    with pytest.raises(NumericalOverflowError) as error:
+        layer_norm(x, NormOptions(kind=kind), dtype=dtype)  # type: ignore[arg-type]
+    assert error.value.field == "x"
+
+
+def test_large_rows_within_range_are_normalized() -> None:
+    out = layer_norm([[1e150, -1e150]], NormOptions())
+    np.testing.assert_allclose(out, [[1.0, -1.0]], rtol=1e-14)
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        # [1, 0, 0, 0] normalizes to [√3, −1/√3, −1/√3, −1/√3]: √3 · 1.7e308 is beyond the range.
+        ({"weight": [1.7e308, 1.0, 1.0, 1.0]}, "weight"),
+        # √3 · 1e308 is finite; adding 1.7e308 is not.
+        ({"weight": [1e308, 1.0, 1.0, 1.0], "bias": [1.7e308, 0.0, 0.0, 0.0]}, "bias"),
+    ],
+)
+def test_an_overflow_through_weight_or_bias_names_it(options: dict[str, Any], field: str) -> None:
+    with pytest.raises(NumericalOverflowError) as error:
+        layer_norm([[1.0, 0.0, 0.0, 0.0]], NormOptions(**options))
+    assert error.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("options", "x", "field"),
+    [
+        ({"kind": "rms", "bias": [0.0, 0.0]}, [[1.0, 2.0]], "bias"),
+        ({"kind": "batch"}, [[1.0, 2.0]], "kind"),
+        ({"eps": 0.0}, [[1.0, 2.0]], "eps"),
+        ({"eps": -1e-5}, [[1.0, 2.0]], "eps"),
+        ({"eps": float("nan")}, [[1.0, 2.0]], "eps"),
+        ({"weight": [1.0, 2.0, 3.0]}, [[1.0, 2.0]], "weight"),
+        ({"bias": [[1.0, 2.0]]}, [[1.0, 2.0]], "bias"),
+        ({}, 3.0, "x"),
+    ],
+)
+def test_bad_options_and_shapes_name_the_field(options: dict[str, Any], x: Any, field: str) -> None:
+    with pytest.raises((KernelError, ShapeError)) as error:
+        layer_norm(x, NormOptions(**options))
+    assert error.value.field == field
+
+
+def test_float32_is_computed_in_float32() -> None:
+    x = np.random.default_rng(3).normal(size=(3, 5))
+    out = layer_norm(x, NormOptions(), dtype=np.float32)
+    assert out.dtype == np.float32
+    np.testing.assert_allclose(out, reference_norm(x), rtol=1e-5, atol=1e-6)
