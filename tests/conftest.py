@@ -34,7 +34,10 @@ if os.environ.get("CI") == "true":
 @cache
 def contract() -> OpenAPI:
     text = {media_type: bytes.decode for media_type in ("text/html", "text/javascript", "text/css")}
-    config = Config(extra_media_type_deserializers={"application/problem+json": json.loads, **text})
+    # Binary bodies are declared `type: string, format: binary` (what generators read as raw bytes); read
+    # as latin-1, each octet is one character of that string.
+    octets = {"application/octet-stream": lambda body: body.decode("latin-1")}
+    config = Config(extra_media_type_deserializers={"application/problem+json": json.loads, **text, **octets})
     return OpenAPI.from_file_path(str(CONTRACT_PATH), config=config)
 
 

@@ -73,6 +73,15 @@ def test_one_bound_per_side() -> None:
         assert not {"maximum", "exclusiveMaximum"} <= set(schema), schema
 
 
+def test_every_array_schema_states_its_items() -> None:
+    # openapi-python-client drops a schema holding an array without items, and every schema using it (once,
+    # every /v2 infer request, whose tensors' data had none).
+    for schema in _walk(_spec()):
+        kinds = schema.get("type")
+        if kinds == "array" or (isinstance(kinds, list) and "array" in kinds):
+            assert "items" in schema or "prefixItems" in schema, schema
+
+
 def test_every_component_is_used() -> None:
     spec = _spec()
     refs = {node["$ref"] for node in _walk(spec) if "$ref" in node}

@@ -14,8 +14,25 @@ from service.protocols.declarations.fields import StrictBoolean
 from service.protocols.declarations.schemas import ResponseSchema
 from service.protocols.v2.models import Model
 from service.protocols.v2.tensors import DTYPES, HEADER_LENGTH
+from service.requests import MAX_RANK
 
 DATATYPES = list(DTYPES)
+
+
+def _nested_elements(levels: int) -> dict[str, Any]:
+    """A tensor's JSON element: a number or boolean, or (``levels`` deep) a list of them, for data sent flat
+    or nested as its shape. Written out rather than recursive: code generators (openapi-python-client) give
+    up on a schema that refers to itself, and on an array without ``items``."""
+    scalar: dict[str, Any] = {"type": ["number", "boolean"]}
+    if levels == 0:
+        return scalar
+    return {"anyOf": [scalar, {"type": "array", "items": _nested_elements(levels - 1)}]}
+
+
+# Request data: a rank-MAX_RANK tensor nested as its shape is MAX_RANK lists deep, the outer one being data.
+INPUT_DATA_ITEMS = _nested_elements(MAX_RANK - 1)
+# Answer data is always flat; null where /v1 writes null.
+OUTPUT_DATA_ITEMS: dict[str, Any] = {"type": ["number", "boolean", "null"]}
 
 
 class ServerMetadataSchema(ResponseSchema):
@@ -85,6 +102,7 @@ class ResponseOutputSchema(ResponseSchema):
         metadata={
             "description": "Row-major, flattened; null where /v1 writes null. Absent for binary outputs.",
             "type": "array",
+            "items": OUTPUT_DATA_ITEMS,
         }
     )
 
@@ -109,6 +127,7 @@ def inference_request_schema(model: Model) -> type[Schema]:
                 metadata={
                     "description": "Flat (row-major), or nested exactly as shape; absent for binary data.",
                     "type": "array",
+                    "items": INPUT_DATA_ITEMS,
                 }
             ),
         },
@@ -136,8 +155,17 @@ def inference_request_schema(model: Model) -> type[Schema]:
 
 
 def binary_body_doc(description: str) -> dict[str, Any]:
-    # OpenAPI 3.1 describes raw bytes by their media type alone: no "type", which would mean a JSON string.
-    return {"schema": {"contentMediaType": "application/octet-stream", "description": description}}
+    # OpenAPI 3.1 describes raw bytes by their media type (contentMediaType); generators still read raw bytes
+    # from OpenAPI 3.0's type string, format binary (openapi-python-client: a File body), so both are stated.
+    # Without a type, openapi-python-client typed the body Any and its infer function crashed on any body.
+    return {
+        "schema": {
+            "type": "string",
+            "format": "binary",
+            "contentMediaType": "application/octet-stream",
+            "description": description,
+        }
+    }
 
 
 HEADER_LENGTH_DOC = {
