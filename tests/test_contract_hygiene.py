@@ -60,6 +60,31 @@ def test_operation_ids_are_the_js_client_function_names() -> None:
         assert spec["paths"][path]["post"]["operationId"] == name
 
 
+def test_every_v1_operation_has_a_js_function_reaching_every_request_field() -> None:
+    # Each function posts its body as given, so every field reaches the service; its comment lists them all,
+    # so a field the contract gains and the comment lacks (once: window, softcap, rotary, enable_gqa and
+    # alibi_slopes on attention) fails here.
+    documented = (
+        r"/\*\*((?:(?!\*/).)*)\*/\s*"  # the comment just above
+        r'export function (\w+)\(body, options\) \{\s*return post\("([^"]+)", body, options\);'
+    )
+    functions = {
+        name: (path, comment) for comment, name, path in re.findall(documented, JS_CLIENT.read_text(), re.S)
+    }
+    spec = _spec()
+    for path, method, operation in _operations(spec):
+        if not path.startswith("/v1/"):
+            continue
+        name = operation["operationId"]
+        assert name in functions, f"client.js has no function {name} for {method.upper()} {path}"
+        assert functions[name][0] == path
+        reference = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        schema = spec["components"]["schemas"][reference.removeprefix("#/components/schemas/")]
+        comment = functions[name][1]
+        missing = [field for field in schema["properties"] if not re.search(rf"\b{field}\b", comment)]
+        assert not missing, f"the comment of {name} in client.js does not name {missing}"
+
+
 def test_security_is_stated_for_every_operation() -> None:
     spec = _spec()
     assert spec["security"] == [{}, {"bearerAuth": []}]  # the computations: no key, or a bearer key

@@ -5,27 +5,36 @@
 //
 // Every function takes the request body (as in openapi.yaml) and options { baseUrl, signal }, and resolves
 // to the response body. A refused request (application/problem+json) rejects with an ApiError that carries
-// the HTTP status and the messages per request field; a service that cannot be reached rejects with an
+// the HTTP status and the messages per request field (`errors`); a service that cannot be reached rejects with an
 // ApiError of status 0.
 
 /** The service this module was served from: the default base URL of every call. */
 export const DEFAULT_BASE_URL = new URL("..", import.meta.url).href.replace(/\/$/, "");
 
-/** A refused request: `status`, `title`, `detail` and `fields` ({ field: [messages] }) from problem+json. */
+/**
+ * A refused request: `status`, `title`, `detail`, `type`, `requestId` and `errors` ({ field: [messages] }),
+ * named as in the problem+json document (and as the Python client's ApiError).
+ */
 export class ApiError extends Error {
-  constructor({ status, title, detail, fields = {}, type = "about:blank" }) {
+  constructor({ status, title, detail, errors = {}, type = "about:blank", requestId }) {
     super(detail || title || `The service answered ${status}.`);
     this.name = "ApiError";
     this.status = status;
     this.title = title;
     this.detail = detail;
     this.type = type;
-    this.fields = fields;
+    this.errors = errors;
+    this.requestId = requestId;
+  }
+
+  /** Deprecated: the former name of `errors`. */
+  get fields() {
+    return this.errors;
   }
 
   /** The messages about one request field (an empty list when there are none). */
   messagesFor(field) {
-    return this.fields[field] ?? [];
+    return this.errors[field] ?? [];
   }
 }
 
@@ -55,8 +64,9 @@ async function post(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
       status: answer.status ?? response.status,
       title: answer.title,
       detail: answer.detail,
-      fields: answer.errors ?? {},
+      errors: answer.errors ?? {},
       type: answer.type,
+      requestId: answer.request_id,
     });
   }
   throw new ApiError({
@@ -67,8 +77,8 @@ async function post(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
 }
 
 /**
- * POST /v1/attention:
- * {query, key, value, mask?, causal?, causal_alignment?, bias?, scale?, empty_rows?, include?, precision?}.
+ * POST /v1/attention: {query, key, value, mask?, bias?, causal?, causal_alignment?, scale?, window?,
+ * softcap?, rotary?, enable_gqa?, alibi_slopes?, empty_rows?, include?, precision?}.
  */
 export function attention(body, options) {
   return post("/v1/attention", body, options);
@@ -89,17 +99,18 @@ export function logLikelihood(body, options) {
 
 /**
  * POST /v1/multi-head-attention: {query, key?, value?, w_q, w_k, w_v, w_o, b_q?, b_k?, b_v?, b_o?, num_heads,
- * num_kv_heads?, and every option of attention}, answering {output} and, on request (include), the per-head
- * weights and scores, the head outputs before w_o, and the projected q, k, v.
+ * num_kv_heads?, mask?, bias?, causal?, causal_alignment?, scale?, window?, softcap?, rotary?, alibi_slopes?,
+ * empty_rows?, include?, precision?}, answering {output} and, on request (include), the per-head weights and
+ * scores, the head outputs before w_o, and the projected q, k, v.
  */
 export function multiHeadAttention(body, options) {
   return post("/v1/multi-head-attention", body, options);
 }
 
 /**
- * POST /v1/positional-encoding: {kind: "sinusoidal", positions? | length?, d_model, base?} answering
- * {encoding}, or {kind: "rotary", x, positions?, base?, style?, dim?, include?} answering {output} (and
- * cos/sin on request).
+ * POST /v1/positional-encoding: {kind: "sinusoidal", positions? | length?, d_model, base?, precision?}
+ * answering {encoding}, or {kind: "rotary", x, positions?, base?, style?, dim?, include?, precision?}
+ * answering {output} (and cos/sin on request).
  */
 export function positionalEncoding(body, options) {
   return post("/v1/positional-encoding", body, options);

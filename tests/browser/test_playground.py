@@ -419,7 +419,8 @@ def test_the_js_client_from_another_origin_answers_and_names_refused_fields(
                 return { ok, refused: null };
             } catch (error) {
                 return { ok, refused: { isApiError: error instanceof ApiError, status: error.status,
-                                        key: error.messagesFor("key"), message: error.message } };
+                                        key: error.messagesFor("key"), errors: error.errors,
+                                        message: error.message } };
             }
         }""",
         base_url,
@@ -431,6 +432,7 @@ def test_the_js_client_from_another_origin_answers_and_names_refused_fields(
     assert refused["isApiError"] is True
     assert refused["status"] == 422
     assert refused["key"] == ["key has d_k=3 but query has d_k=2 (query shape [2], key shape [2, 3])"]
+    assert refused["errors"] == {"key": refused["key"]}  # named as in the problem document
     assert "d_k=3" in refused["message"]
 
 

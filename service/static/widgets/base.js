@@ -362,7 +362,7 @@ export class ServiceWidget extends HTMLElement {
   /** Puts each message beside the control of its field, in words ("Keys (K): …"); the rest goes below. */
   showError(error) {
     this.clearErrors();
-    const fields = error instanceof ApiError ? Object.entries(error.fields) : [];
+    const fields = error instanceof ApiError ? Object.entries(error.errors) : [];
     const unplaced = [];
     for (const [field, messages] of fields) {
       const target = this.errorSlots.get(field) ?? this.errorSlots.get(field.split(".")[0]);
