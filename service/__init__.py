@@ -30,6 +30,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         app.config.update(config)
 
     from service.protocols.v1 import endpoint_routes
+    from service.protocols.v2 import repository
     from service.protocols.v2 import routes as v2_routes
     from service.site import meta, pages
 
@@ -45,8 +46,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
 
     register_error_handlers(app)
     # In the contract's order: the /v1 computations (every endpoint module, by name), the probes and pages,
-    # then /v2.
-    route_sets = [*endpoint_routes(), meta.routes, pages.routes, v2_routes]
+    # then /v2 and its Triton extensions.
+    route_sets = [*endpoint_routes(), meta.routes, pages.routes, v2_routes, repository.routes]
     for routes in route_sets:
         app.register_blueprint(routes.blueprint)
     app.extensions[meta.ROUTES_EXTENSION] = route_sets

@@ -64,7 +64,7 @@ routes = Routes(
 )
 
 SERVER_NAME = "attention-service"
-EXTENSIONS = ["binary_tensor_data", "parameters"]
+EXTENSIONS = ["binary_tensor_data", "parameters", "model_configuration"]
 OUTPUT_BINARY_DATA = "binary_data"  # the one output parameter (binary tensor data extension)
 INFER_ERRORS = (*COMPUTE_ERRORS, 422)
 
@@ -114,7 +114,7 @@ def _register(model: Model, prefix: str, suffix: str) -> None:
     label = model.name.replace("-", "_") + suffix
 
     def metadata() -> dict[str, Any]:
-        return _metadata(model)
+        return model_metadata(model)
 
     def ready() -> dict[str, Any]:
         self_check()
@@ -182,7 +182,7 @@ for _model in MODELS.values():
     _register(_model, f"/models/{_model.name}/versions/{VERSION}", "_versioned")
 
 
-def _metadata(model: Model) -> dict[str, Any]:
+def model_metadata(model: Model) -> dict[str, Any]:
     return {
         "name": model.name,
         "versions": [VERSION],
