@@ -13,6 +13,7 @@ from service.web.admission import install_admission
 from service.web.api_keys import install_api_keys
 from service.web.body import install_body_counting
 from service.web.cors import enable_cors
+from service.web.inference import install_inference_metrics
 from service.web.json_provider import OrjsonProvider
 from service.web.memory import install_memory_release
 from service.web.metrics import install_metrics
@@ -32,6 +33,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from service.protocols.v1 import endpoint_routes
     from service.protocols.v2 import repository
     from service.protocols.v2 import routes as v2_routes
+    from service.protocols.v2 import statistics
     from service.site import meta, pages
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
@@ -43,11 +45,12 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     install_metrics(app)
     install_memory_release(app)
     install_api_keys(app)
+    install_inference_metrics(app)  # last: a model request's time starts with its view
 
     register_error_handlers(app)
     # In the contract's order: the /v1 computations (every endpoint module, by name), the probes and pages,
-    # then /v2 and its Triton extensions.
-    route_sets = [*endpoint_routes(), meta.routes, pages.routes, v2_routes, repository.routes]
+    # then /v2 and its Triton extensions (the model repository, the statistics).
+    route_sets = [*endpoint_routes(), meta.routes, pages.routes, v2_routes, repository.routes, statistics.routes]
     for routes in route_sets:
         app.register_blueprint(routes.blueprint)
     app.extensions[meta.ROUTES_EXTENSION] = route_sets

@@ -49,6 +49,7 @@ from service.requests import Work
 from service.web.body import CountingInput, body_bytes_read, counting_input
 from service.web.connection import close_connection_after_answer, under_gevent
 from service.web.hooks import RequestGlobals, request_steps
+from service.web.inference import Timeline, current_timeline
 from service.web.limits import JSON_ANSWER, AnswerEncoding, admit_work
 from service.web.problems import Problem
 
@@ -469,6 +470,30 @@ class _Answered(Generic[R, T]):
         return self._answer(self._computation.run())
 
 
+class _Timed(Generic[T]):
+    """A computation that stamps its start and its kernel's end on the request's timeline (the metrics'
+    compute step; an answer built after the kernel, see :func:`answered`, is part of encoding)."""
+
+    def __init__(self, computation: Computation[T], timeline: Timeline) -> None:
+        self._computation = computation
+        self._timeline = timeline
+
+    def work(self) -> Work:
+        return self._computation.work()
+
+    def run(self) -> T:
+        timeline, computation = self._timeline, self._computation
+        timeline.compute_started = time.perf_counter()
+        if isinstance(computation, _Answered):
+            result = computation._computation.run()
+            timeline.kernel_done = time.perf_counter()
+            built: T = computation._answer(result)
+            return built
+        answer = computation.run()
+        timeline.kernel_done = time.perf_counter()
+        return answer
+
+
 def answered(computation: Computation[R], answer: Callable[[R], T]) -> Computation[T]:
     """``computation`` followed by ``answer(result)``, as one computation for :func:`run_admitted`.
 
@@ -502,6 +527,11 @@ def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSW
     per element held whole: :func:`held_elements`) is held from the budget until the answer has been sent.
     """
     work = computation.work()
+    timeline = current_timeline()
+    if timeline is not None:
+        timeline.decoded = time.perf_counter()
+        timeline.answer_values = work.answer_elements
+        computation = _Timed(computation, timeline)
     admit_work(work, answer)
     admission = admission_of(current_app)
     reservation = _current.get()

@@ -16,10 +16,10 @@ files plus the archive however often workers restart, and the totals keep the de
 from __future__ import annotations
 
 import fcntl
+import operator
 import os
 import re
-from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http import HTTPStatus
 from pathlib import Path
@@ -37,6 +37,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.samples import Sample
 
 from service.web.body import bytes_read
 from service.web.hooks import RequestGlobals, request_steps
@@ -76,9 +77,15 @@ WORK_ELEMENTS = Histogram(
     buckets=tuple(float(4**k) for k in range(1, 14)),  # 4 … 64 Mi elements
 )
 
-# Metric types whose samples add up across processes, so a dead worker's samples can be folded into one file.
-_SUMMED_TYPES = ("counter", "histogram", "summary")
-_WORKER_FILE = re.compile(r"(?P<type>[a-z]+)_(?P<pid>\d+)\.db")
+# The files whose samples can be folded across processes into one, and how: counters and histograms add up,
+# a "max" gauge (the last success's time) keeps the largest. Live gauges are dropped instead (child_exit).
+_FOLDED_TYPES: dict[str, Callable[[float, float], float]] = {
+    "counter": operator.add,
+    "histogram": operator.add,
+    "summary": operator.add,
+    "gauge_max": max,
+}
+_WORKER_FILE = re.compile(r"(?P<type>[a-z]+(?:_max)?)_(?P<pid>\d+)\.db")
 _LOCK_FILE = ".lock"  # not *.db: the collector globs *.db
 
 
@@ -139,14 +146,15 @@ def _process_is_alive(pid: int) -> bool:
 
 
 def archive_dead_workers(directory: Path) -> int:
-    """Fold the counter/histogram files of exited processes into ``<type>_archive.db``; return files merged.
+    """Fold the counter/histogram (and max gauge) files of exited processes into ``<type>_archive.db``;
+    return the number of files merged.
 
     A process still alive, or a zombie not yet reaped, keeps its files; the next worker to start merges them.
     Live gauges of dead workers are gunicorn.conf.py's ``child_exit`` to drop (``mark_process_dead``).
     """
     merged = 0
     with _directory_lock(directory, exclusive=True):
-        for metric_type in _SUMMED_TYPES:
+        for metric_type, fold in _FOLDED_TYPES.items():
             dead = []
             for path in directory.glob(f"{metric_type}_*.db"):
                 match = _WORKER_FILE.fullmatch(path.name)
@@ -155,10 +163,10 @@ def archive_dead_workers(directory: Path) -> int:
             if not dead:
                 continue
             archive = directory / f"{metric_type}_archive.db"
-            totals: defaultdict[str, float] = defaultdict(float)
+            totals: dict[str, float] = {}
             for path in [archive, *dead] if archive.exists() else dead:
                 for key, value, _timestamp, _position in MmapedDict.read_all_values_from_file(str(path)):  # type: ignore[no-untyped-call]
-                    totals[key] += value
+                    totals[key] = fold(totals[key], value) if key in totals else value
             partial = directory / f"{metric_type}_archive.partial"  # not *.db until it is complete
             partial.unlink(missing_ok=True)
             archive_file = MmapedDict(str(partial))  # type: ignore[no-untyped-call]
@@ -185,6 +193,20 @@ def exposition(accept: str | None) -> Response:
     with _directory_lock(directory, exclusive=False):
         body = encoder(registry)
     return Response(body, content_type=content_type)
+
+
+def collect_samples(prefix: str) -> list[Sample]:
+    """The samples whose names start with ``prefix``, as /metrics shows them now: under gunicorn, every
+    worker's, added up by prometheus_client's multiprocess collector (the one /metrics uses)."""
+    directory = _multiprocess_dir()
+    if directory is None:
+        families = list(REGISTRY.collect())
+    else:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        with _directory_lock(directory, exclusive=False):
+            families = list(registry.collect())
+    return [sample for family in families for sample in family.samples if sample.name.startswith(prefix)]
 
 
 def install_metrics(app: Flask) -> None:
