@@ -50,7 +50,14 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     register_error_handlers(app)
     # In the contract's order: the /v1 computations (every endpoint module, by name), the probes and pages,
     # then /v2 and its Triton extensions (the model repository, the statistics).
-    route_sets = [*endpoint_routes(), meta.routes, pages.routes, v2_routes, repository.routes, statistics.routes]
+    route_sets = [
+        *endpoint_routes(),
+        meta.routes,
+        pages.routes,
+        v2_routes,
+        repository.routes,
+        statistics.routes,
+    ]
     for routes in route_sets:
         app.register_blueprint(routes.blueprint)
     app.extensions[meta.ROUTES_EXTENSION] = route_sets
