@@ -31,9 +31,8 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         app.config.update(config)
 
     from service.protocols.v1 import endpoint_routes
-    from service.protocols.v2 import repository
+    from service.protocols.v2 import repository, statistics
     from service.protocols.v2 import routes as v2_routes
-    from service.protocols.v2 import statistics
     from service.site import meta, pages
 
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
