@@ -13,7 +13,7 @@ DEV_STAMP     := $(VENV)/.dev-installed
 NODE_STAMP    := node_modules/.installed
 BIOME         := node_modules/.bin/biome
 
-.PHONY: run test test-other-arithmetic lint format typecheck check openapi clean soak kubernetes-validate \
+.PHONY: run test test-other-arithmetic lint format typecheck check openapi clients clean soak kubernetes-validate \
 	container-smoke screenshots bench bench-smoke bench-tune bench-workers attack scale-check dist
 
 $(BIN)/python:
@@ -71,8 +71,14 @@ dist: $(DEV_STAMP)  ## the sdist and the wheel in dist/ (python -m build); any p
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m build --outdir dist . > build.log 2>&1 || { cat build.log; exit 1; }
 	! grep -E "Warning|warning:" build.log
 
-openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas
+openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas, then the Python client's methods from it
 	$(BIN)/python -m service.contract > openapi.yaml
+	$(MAKE) --no-print-directory clients
+
+# Run as a file: importing the package would import the module it writes.
+clients: $(DEV_STAMP)  ## regenerate the Python client's model methods (client/…/_models.py) from openapi.yaml
+	$(BIN)/python client/src/attention_client/_generate.py openapi.yaml > client/src/attention_client/_models.py.new
+	mv client/src/attention_client/_models.py.new client/src/attention_client/_models.py
 
 screenshots: $(DEV_STAMP)  ## refresh the README's screenshots in docs/ (headless Chromium)
 	UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/browser -k "screenshot or docs_render"

@@ -71,10 +71,11 @@ def test_arrays_the_casts_would_change_are_refused_before_sending() -> None:
 
 
 def test_refusals_are_api_errors_with_the_fields() -> None:
+    # A rule only the service knows (key and query disagree on d_k): its refusal, with the field to blame.
     with client_for() as service, pytest.raises(ApiError) as refused:
-        service.softmax([1.0, 2.0], top_p=1.5)
+        service.attention([0.0, 1.0], [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], [[6.0, 0.0], [0.0, 3.0]])
     assert refused.value.status == 422
-    assert list(refused.value.errors) == ["top_p"]
+    assert list(refused.value.errors) == ["key"]
     assert refused.value.type.endswith(":validation-error")
 
 

@@ -18,7 +18,7 @@ import pytest
 from deploy.launch import Server, start
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
-from attention_client import ApiError, AsyncClient, Client  # noqa: E402
+from attention_client import ApiError, AsyncClient, Client, ConnectionFailed  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
 pytestmark = pytest.mark.gunicorn
@@ -195,7 +195,7 @@ def test_the_python_client_equals_v1(server: Server) -> None:
         attention = service.attention(
             QUERY, KEY, VALUE, mask=MASK, causal=True, include=("weights", "logsumexp")
         )
-        softmax = service.softmax(LOGITS, temperature=0.5, log_probabilities=True)
+        softmax = service.softmax(LOGITS, temperature=0.5, include=["log_probabilities"])
         scored = service.log_likelihood(TOKEN_LOGITS, TARGETS, shift=True, top_logprobs=3)
     expected = v1(
         server,
@@ -269,14 +269,15 @@ def test_the_python_client_raises_api_error_naming_the_field(server: Server) -> 
     assert refused.value.request_id
 
 
-def test_a_refused_connection_raises_httpx_connect_error_not_api_error() -> None:
+def test_a_refused_connection_raises_connection_failed_with_httpx_s_error_chained() -> None:
     # (after the transport's retries: an answer from the service is never retried, a failed connect is)
     with (
         socket_that_refuses() as url,
         Client(url, retries=1, timeout=2) as service,
-        pytest.raises(httpx.ConnectError),
+        pytest.raises(ConnectionFailed) as failed,
     ):
         service.softmax([1.0, 2.0])
+    assert isinstance(failed.value.__cause__, httpx.ConnectError)
 
 
 class socket_that_refuses:

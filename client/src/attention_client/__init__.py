@@ -5,25 +5,72 @@
     ...     result = service.attention(query, key, value, causal=True)
     ...     result.output, result.weights
 
-Sync (:class:`Client`) and async (:class:`AsyncClient`); every refusal raises :class:`ApiError`, and an
-answer that is not a well-formed one (a proxy's HTML page, a truncated body) raises its subclass
-:class:`MalformedAnswerError`.
+Sync (:class:`Client`) and async (:class:`AsyncClient`), one method per model of the service with every
+option of its ``/v1`` endpoint (generated from the contract, ``openapi.yaml``), and ``health()``,
+``ready()`` and ``metadata(model)``. Every failure raises :class:`ApiError` or one of its subclasses:
+
+- :class:`InvalidInput`: an argument the service would refuse, named in ``argument``, before sending;
+- :class:`ConnectionFailed`, :class:`Timeout` (both :class:`TransportError`): no answer came; the httpx
+  exception is chained as ``__cause__``;
+- :class:`MalformedAnswerError`: an answer that is not a well-formed one (a proxy's HTML page, a
+  truncated body);
+- :class:`ApiError` itself: the service's refusal, with its ``status``, ``title``, ``detail`` and
+  ``errors`` (each field's messages) as in its problem document.
 """
 
 from __future__ import annotations
 
 from attention_client._client import DEFAULT_BASE_URL, AsyncClient, Client
-from attention_client._errors import ApiError, MalformedAnswerError
-from attention_client._results import AttentionResult, LikelihoodResult, SampleResult, SoftmaxResult
+from attention_client._errors import (
+    ApiError,
+    ConnectionFailed,
+    InvalidInput,
+    MalformedAnswerError,
+    Timeout,
+    TransportError,
+)
+from attention_client._models import (
+    AttentionInclude,
+    AttentionResult,
+    CausalAlignment,
+    EmptyRows,
+    LikelihoodResult,
+    MultiHeadAttentionInclude,
+    MultiHeadResult,
+    PositionalEncodingInclude,
+    PositionalEncodingResult,
+    Precision,
+    Rotary,
+    SampleResult,
+    SoftmaxInclude,
+    SoftmaxResult,
+)
+
+__version__ = "2.0.0"
 
 __all__ = [
     "DEFAULT_BASE_URL",
     "ApiError",
     "AsyncClient",
+    "AttentionInclude",
     "AttentionResult",
+    "CausalAlignment",
     "Client",
+    "ConnectionFailed",
+    "EmptyRows",
+    "InvalidInput",
     "LikelihoodResult",
     "MalformedAnswerError",
+    "MultiHeadAttentionInclude",
+    "MultiHeadResult",
+    "PositionalEncodingInclude",
+    "PositionalEncodingResult",
+    "Precision",
+    "Rotary",
     "SampleResult",
+    "SoftmaxInclude",
     "SoftmaxResult",
+    "Timeout",
+    "TransportError",
+    "__version__",
 ]

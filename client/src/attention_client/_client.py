@@ -1,4 +1,9 @@
-"""``Client`` and ``AsyncClient``: one method per model, NumPy arrays in and out, binary tensors on the wire.
+"""``Client`` and ``AsyncClient``: the transport under the generated model methods, and the probes.
+
+The model methods (``attention``, ``softmax``, …) are generated from the contract into ``_models.py``;
+each hands its arguments and its model's record (:class:`ModelSpec`) to ``_call`` here, which checks every
+argument, frames the call (binary tensors on /v2, or JSON on /v1 for what /v2 does not take yet), sends it
+and reads the answer into the model's result class.
 
 Every call computes a pure function of its inputs, so retrying one whose connection failed is safe: the
 transport retries connection errors (``retries`` times) and nothing else; an answer, even an error, is
@@ -7,175 +12,203 @@ never retried.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import httpx
-from numpy.typing import ArrayLike, NDArray
+import numpy as np
 
-from attention_client._errors import MalformedAnswerError
+from attention_client._checks import Checked, check_include, check_option, check_tensor
+from attention_client._errors import (
+    ConnectionFailed,
+    InvalidInput,
+    MalformedAnswerError,
+    Timeout,
+    TransportError,
+)
+from attention_client._models import AsyncModels, SyncModels
 from attention_client._protocol import (
     Call,
     Outputs,
-    ResultT,
-    bool_tensor,
-    float_tensor,
+    error_from,
     infer_call,
-    int_tensor,
     malformed_answer,
     read_result,
 )
-from attention_client._results import AttentionResult, LikelihoodResult, SampleResult, SoftmaxResult
+from attention_client._spec import ModelSpec, Option, Output, ResultT
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_RETRIES = 2
 
-Precision = Literal["float64", "float32"]
-AttentionOutput = Literal["weights", "scores", "logsumexp"]
-DEFAULT_INCLUDE: tuple[AttentionOutput, ...] = ("weights",)  # as /v1
+Route = Literal["v1", "v2"]
 
 
-def _attention_call(
-    query: ArrayLike,
-    key: ArrayLike,
-    value: ArrayLike,
-    *,
-    mask: ArrayLike | None,
-    bias: ArrayLike | None,
-    causal: bool,
-    causal_alignment: str,
-    scale: float | None,
-    empty_rows: str,
-    include: Collection[AttentionOutput],
-    precision: Precision | None,
+@dataclass(frozen=True)
+class Prepared:
+    """A checked call, framed for its route."""
+
+    route: Route
+    call: Call
+    precision: str | None  # the float type the /v1 answer's numbers are read into
+
+
+def prepare(spec: ModelSpec[Any], arguments: Mapping[str, Any]) -> Prepared:
+    """Check every argument (:class:`InvalidInput` naming the first that the service would refuse) and frame
+    the call: /v2 binary tensors when the /v2 model takes every option set, else /v1 JSON."""
+    tensors: list[Checked] = []
+    for tensor in spec.tensors:
+        value = arguments.get(tensor.name)
+        if value is None:
+            if tensor.required:
+                raise InvalidInput(tensor.name, "is required")
+            continue
+        tensors.append(check_tensor(tensor, value))
+    options: dict[str, tuple[Option, Any]] = {}
+    for option in spec.options:
+        fitted = check_option(option, arguments.get(option.name))
+        if fitted is not None:
+            options[option.name] = (option, fitted)
+    include = None
+    if spec.include is not None and arguments.get("include") is not None:
+        include = check_include(spec.operation_id, spec.include, arguments["include"])
+    if spec.v2_model is not None and all(option.v2 for option, _ in options.values()):
+        return Prepared("v2", _v2_call(spec, spec.v2_model, tensors, options, include), None)
+    return _v1_call(spec, tensors, options, include)
+
+
+def _v2_call(
+    spec: ModelSpec[Any],
+    model: str,
+    tensors: list[Checked],
+    options: dict[str, tuple[Option, Any]],
+    include: list[str] | None,
 ) -> Call:
-    tensors = [float_tensor("query", query), float_tensor("key", key), float_tensor("value", value)]
-    if mask is not None:
-        tensors.append(bool_tensor("mask", mask))
-    if bias is not None:
-        tensors.append(float_tensor("bias", bias))
-    parameters = {
-        "causal": causal,
-        "causal_alignment": causal_alignment,
-        "scale": scale,
-        "empty_rows": empty_rows,
-        "precision": precision,
-    }
-    outputs = ["output", *(name for name in ("weights", "scores", "logsumexp") if name in include)]
-    return infer_call("attention", tensors, parameters, [*outputs, "scale", "empty_rows"])
+    parameters: dict[str, Any] = {}
+    for option, value in options.values():
+        if option.flatten == "object":  # rotary={"base": …} as rotary_base, …
+            for parameter in option.v2:
+                member = value.get(parameter.removeprefix(f"{option.name}_"))
+                if member is not None:
+                    parameters[parameter] = member
+        elif option.flatten == "items":  # window=[left, right] as its parameters, in order
+            for parameter, item in zip(option.v2, value, strict=True):
+                if item is not None:
+                    parameters[parameter] = item
+        else:
+            parameters[option.v2[0]] = value
+    outputs = None
+    if include is not None and spec.include is not None:
+        # The outputs always answered, then those asked for: /v2 answers what the request lists.
+        outputs = [o.name for o in spec.outputs if o.name not in spec.include] + include
+    return infer_call(model, tensors, parameters, outputs)
 
 
-def _attention_result(outputs: dict[str, NDArray[Any]]) -> AttentionResult:
-    return AttentionResult(
-        output=outputs["output"],
-        weights=outputs.get("weights"),
-        scores=outputs.get("scores"),
-        logsumexp=outputs.get("logsumexp"),
-        scale=float(outputs["scale"]),
-        empty_rows=outputs["empty_rows"],
+def _v1_call(
+    spec: ModelSpec[Any],
+    tensors: list[Checked],
+    options: dict[str, tuple[Option, Any]],
+    include: list[str] | None,
+) -> Prepared:
+    body: dict[str, Any] = {name: array.tolist() for name, array, _ in tensors}
+    body.update({name: value for name, (_, value) in options.items()})
+    if include is not None:
+        body["include"] = include
+    precision = body.get("precision")
+    floats = [datatype for _, _, datatype in tensors if datatype.startswith("FP")]
+    if precision is None and any(option.name == "precision" for option in spec.options):
+        # As /v2 decides it: float32 throughout is answered in float32.
+        precision = "float32" if floats and all(d == "FP32" for d in floats) else "float64"
+        body["precision"] = precision
+    content = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    call = Call(path=spec.v1_path, body=content, headers={"Content-Type": "application/json"})
+    return Prepared("v1", call, precision)
+
+
+def finish(
+    spec: ModelSpec[ResultT], prepared: Prepared, status: int, headers: Mapping[str, str], body: bytes
+) -> ResultT:
+    """The answer as the model's result, or the :class:`ApiError` it is."""
+    if prepared.route == "v2":
+        return read_result(status, headers, body, lambda outputs: _build(spec, outputs))
+    return read_result(
+        status,
+        headers,
+        body,
+        lambda outputs: _build(spec, outputs),
+        read=lambda _status, _headers, answer: _v1_outputs(spec, answer, prepared.precision),
     )
 
 
-def _softmax_call(
-    logits: ArrayLike,
-    *,
-    mask: ArrayLike | None,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    min_p: float | None,
-    log_probabilities: bool,
-    precision: Precision | None,
-) -> Call:
-    tensors = [float_tensor("logits", logits)]
-    if mask is not None:
-        tensors.append(bool_tensor("mask", mask))
-    parameters = {
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "min_p": min_p,
-        "precision": precision,
-    }
-    outputs = ["probabilities", "entropy", "argmax", "temperature"]
-    if log_probabilities:
-        outputs.append("log_probabilities")
-    return infer_call("softmax", tensors, parameters, outputs)
+def _build(spec: ModelSpec[ResultT], outputs: Outputs) -> ResultT:
+    members: dict[str, Any] = {}
+    for output in spec.outputs:
+        value = outputs.get(output.name)
+        if value is None and output.required:
+            raise KeyError(f"the answer has no {output.name!r}")
+        if value is not None and output.scalar:
+            members[output.name] = float(value) if output.kind == "number" else int(value)
+        else:
+            members[output.name] = value
+    return spec.result(**members)
 
 
-def _softmax_result(outputs: dict[str, NDArray[Any]]) -> SoftmaxResult:
-    return SoftmaxResult(
-        probabilities=outputs["probabilities"],
-        log_probabilities=outputs.get("log_probabilities"),
-        entropy=outputs["entropy"],
-        argmax=outputs["argmax"],
-        temperature=float(outputs["temperature"]),
-    )
+def _v1_outputs(spec: ModelSpec[Any], body: bytes, precision: str | None) -> Outputs:
+    """The arrays of a /v1 JSON answer: null as -inf (a hidden score) or NaN, or 0 in integer arrays (as the
+    binary /v2 answers write them)."""
+    answer = json.loads(body)
+    if not isinstance(answer, dict):
+        raise TypeError(f"the answer is a JSON {type(answer).__name__}, not an object")
+    outputs: Outputs = {}
+    for output in spec.outputs:
+        value = answer.get(output.name)
+        if value is not None:
+            outputs[output.name] = _array(output, value, precision)
+    return outputs
 
 
-def _sample_call(
-    logits: ArrayLike,
-    *,
-    mask: ArrayLike | None,
-    temperature: float,
-    top_k: int | None,
-    top_p: float | None,
-    min_p: float | None,
-    num_samples: int,
-    seed: int | None,
-) -> Call:
-    tensors = [float_tensor("logits", logits)]
-    if mask is not None:
-        tensors.append(bool_tensor("mask", mask))
-    parameters = {
-        "temperature": temperature,
-        "top_k": top_k,
-        "top_p": top_p,
-        "min_p": min_p,
-        "num_samples": int(num_samples),
-        "seed": None if seed is None else int(seed),
-    }
-    return infer_call("sample", tensors, parameters, ["tokens", "logprobs", "seed"])
+def _array(output: Output, value: Any, precision: str | None) -> np.ndarray[Any, Any]:
+    if output.kind == "number":
+        array = np.asarray(value, dtype=np.float32 if precision == "float32" else np.float64)
+        array[np.isnan(array)] = output.null_as  # the service writes null, never NaN
+    elif output.kind == "integer":
+        try:
+            array = np.asarray(value, dtype=np.int64)
+        except TypeError:  # nulls: unscored positions, as 0 like the binary answers
+            array = np.nan_to_num(np.asarray(value, dtype=np.float64), nan=0.0).astype(np.int64)
+    elif output.kind == "boolean":
+        array = np.asarray(value, dtype=np.bool_)
+    else:
+        array = np.asarray(value)
+    if array.size == 0 and output.depth > array.ndim:
+        array = array.reshape((0,) * output.depth)  # [] of index lists keeps its rank
+    return array
 
 
-def _sample_result(outputs: dict[str, NDArray[Any]]) -> SampleResult:
-    return SampleResult(tokens=outputs["tokens"], logprobs=outputs["logprobs"], seed=int(outputs["seed"]))
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
-def _likelihood_call(
-    logits: ArrayLike,
-    targets: ArrayLike,
-    *,
-    shift: bool,
-    ignore_index: int,
-    temperature: float,
-    top_logprobs: int,
-    precision: Precision | None,
-) -> Call:
-    tensors = [float_tensor("logits", logits), int_tensor("targets", targets)]
-    parameters = {
-        "shift": shift,
-        "ignore_index": int(ignore_index),
-        "temperature": temperature,
-        "top_logprobs": int(top_logprobs),
-        "precision": precision,
-    }
-    return infer_call("log-likelihood", tensors, parameters, None)  # the defaults: every output there is
+def _check_base_url(base_url: str) -> None:
+    path = urlsplit(base_url).path.rstrip("/")
+    if path.endswith(("/v1", "/v2")) or "/v2/models" in path:
+        raise InvalidInput(
+            "base_url",
+            f"must be the server root (e.g. http://127.0.0.1:8000), not {base_url!r}: the client adds "
+            "/v1/… and /v2/… itself",
+        )
 
 
-def _likelihood_result(outputs: dict[str, NDArray[Any]]) -> LikelihoodResult:
-    return LikelihoodResult(
-        token_logprobs=outputs["token_logprobs"],
-        ranks=outputs["ranks"],
-        log_likelihood=outputs["log_likelihood"],
-        num_tokens=outputs["num_tokens"],
-        mean_nll=outputs["mean_nll"],
-        perplexity=outputs["perplexity"],
-        is_greedy=outputs["is_greedy"],
-        top_logprobs=outputs.get("top_logprobs"),
-        top_tokens=outputs.get("top_tokens"),
-    )
+def _transport_error(error: httpx.TransportError, method: str, url: str) -> TransportError:
+    where = f"{method} {url}"
+    if isinstance(error, httpx.TimeoutException):
+        return Timeout("Timeout", f"{where} took longer than the client's timeout ({type(error).__name__}).")
+    if isinstance(error, httpx.ConnectError):
+        return ConnectionFailed("Connection failed", f"{where}: could not connect ({error}).")
+    return TransportError("Transport error", f"{where} failed: {type(error).__name__}: {error}")
 
 
 def _undecodable(response: httpx.Response, error: httpx.DecodingError) -> MalformedAnswerError:
@@ -183,15 +216,33 @@ def _undecodable(response: httpx.Response, error: httpx.DecodingError) -> Malfor
     return malformed_answer(response.status_code, response.headers, b"", f"its body does not decode: {error}")
 
 
-def _headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+def _probe_answer(path: str, status: int, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+    if status != 200:
+        raise error_from(status, headers, body)
+    try:
+        answer = json.loads(body)
+    except ValueError as error:
+        raise malformed_answer(status, headers, body, f"GET {path} answered no JSON") from error
+    if not isinstance(answer, dict):
+        raise malformed_answer(status, headers, body, f"GET {path} answered no JSON object")
+    return answer
 
 
-class Client:
+def _metadata_path(model: str | None) -> str:
+    if model is None:
+        return "/v2"
+    if not isinstance(model, str) or not model or "/" in model or "?" in model or "#" in model:
+        raise InvalidInput("model", f"must be a model's name such as 'attention', got {model!r}")
+    return f"/v2/models/{model}"
+
+
+class Client(SyncModels):
     """A connection pool to one service: ``with Client(url) as c: c.attention(q, k, v)``.
 
-    ``timeout`` bounds each call (seconds: connect, each read and write); ``retries`` retries a call whose
-    connection could not be made. Errors the service answers raise :class:`ApiError`.
+    ``base_url`` is the server root; ``timeout`` bounds each call (seconds: connect, each read and write);
+    ``retries`` retries a call whose connection could not be made. Errors the service answers raise
+    :class:`ApiError`; arguments it would refuse, :class:`InvalidInput` before sending; a call that gets no
+    answer, :class:`ConnectionFailed` or :class:`Timeout` (the httpx exception chained).
     """
 
     def __init__(
@@ -203,6 +254,7 @@ class Client:
         retries: int = DEFAULT_RETRIES,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        _check_base_url(base_url)
         self._http = httpx.Client(
             base_url=base_url,
             headers=_headers(api_key),
@@ -219,122 +271,44 @@ class Client:
     def close(self) -> None:
         self._http.close()
 
-    def _send(self, call: Call, build: Callable[[Outputs], ResultT]) -> ResultT:
-        with self._http.stream("POST", call.path, content=call.body, headers=call.headers) as response:
-            try:
-                body = response.read()
-            except httpx.DecodingError as error:
-                raise _undecodable(response, error) from error
-        return read_result(response.status_code, response.headers, body, build)
+    def _send(self, method: str, call: Call) -> tuple[int, httpx.Headers, bytes]:
+        try:
+            with self._http.stream(method, call.path, content=call.body, headers=call.headers) as response:
+                try:
+                    body = response.read()
+                except httpx.DecodingError as error:
+                    raise _undecodable(response, error) from error
+        except httpx.TransportError as error:
+            raise _transport_error(error, method, str(self._http.base_url.join(call.path))) from error
+        return response.status_code, response.headers, body
 
-    def attention(
-        self,
-        query: ArrayLike,
-        key: ArrayLike,
-        value: ArrayLike,
-        *,
-        mask: ArrayLike | None = None,
-        bias: ArrayLike | None = None,
-        causal: bool = False,
-        causal_alignment: str = "lower_right",
-        scale: float | None = None,
-        empty_rows: str = "error",
-        include: Collection[AttentionOutput] = DEFAULT_INCLUDE,
-        precision: Precision | None = None,
-    ) -> AttentionResult:
-        """``softmax(Q Kᵀ · scale + bias, over visible keys) @ V``; float32 inputs are answered in float32."""
-        call = _attention_call(
-            query,
-            key,
-            value,
-            mask=mask,
-            bias=bias,
-            causal=causal,
-            causal_alignment=causal_alignment,
-            scale=scale,
-            empty_rows=empty_rows,
-            include=include,
-            precision=precision,
-        )
-        return self._send(call, _attention_result)
+    def _call(self, spec: ModelSpec[ResultT], arguments: dict[str, Any]) -> ResultT:
+        prepared = prepare(spec, arguments)
+        status, headers, body = self._send("POST", prepared.call)
+        return finish(spec, prepared, status, headers, body)
 
-    def softmax(
-        self,
-        logits: ArrayLike,
-        *,
-        mask: ArrayLike | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        min_p: float | None = None,
-        log_probabilities: bool = False,
-        precision: Precision | None = None,
-    ) -> SoftmaxResult:
-        """Probabilities over the last axis after mask, temperature, top-k, top-p and min-p."""
-        call = _softmax_call(
-            logits,
-            mask=mask,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            log_probabilities=log_probabilities,
-            precision=precision,
-        )
-        return self._send(call, _softmax_result)
+    def _get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
+        return self._send("GET", Call(path=path, body=b"", headers={}))
 
-    def sample(
-        self,
-        logits: ArrayLike,
-        *,
-        mask: ArrayLike | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        min_p: float | None = None,
-        num_samples: int = 1,
-        seed: int | None = None,
-    ) -> SampleResult:
-        """``num_samples`` tokens drawn from each row of ``logits`` (the distribution :meth:`softmax` shows
-        for the same options); the same ``seed`` draws the same tokens, and ``None`` lets the service pick
-        one, which the result holds."""
-        call = _sample_call(
-            logits,
-            mask=mask,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            num_samples=num_samples,
-            seed=seed,
-        )
-        return self._send(call, _sample_result)
+    def health(self) -> bool:
+        """Whether the server is live (``GET /v2/health/live``)."""
+        return bool(_probe_answer("/v2/health/live", *self._get("/v2/health/live")).get("live"))
 
-    def log_likelihood(
-        self,
-        logits: ArrayLike,
-        targets: ArrayLike,
-        *,
-        shift: bool = False,
-        ignore_index: int = -100,
-        temperature: float = 1.0,
-        top_logprobs: int = 0,
-        precision: Precision | None = None,
-    ) -> LikelihoodResult:
-        """Per-token log-probabilities and ranks of ``targets``, and per-sequence totals."""
-        call = _likelihood_call(
-            logits,
-            targets,
-            shift=shift,
-            ignore_index=ignore_index,
-            temperature=temperature,
-            top_logprobs=top_logprobs,
-            precision=precision,
-        )
-        return self._send(call, _likelihood_result)
+    def ready(self) -> bool:
+        """Whether the server is ready for calls (``GET /v2/health/ready``): False while it answers 503."""
+        status, headers, body = self._get("/v2/health/ready")
+        if status == 503:
+            return False
+        return bool(_probe_answer("/v2/health/ready", status, headers, body).get("ready"))
+
+    def metadata(self, model: str | None = None) -> dict[str, Any]:
+        """A /v2 model's metadata (its inputs and outputs: names, datatypes, shapes), or with no model the
+        server's (name, version, extensions)."""
+        path = _metadata_path(model)
+        return _probe_answer(path, *self._get(path))
 
 
-class AsyncClient:
+class AsyncClient(AsyncModels):
     """:class:`Client` for asyncio: ``async with AsyncClient(url) as c: await c.attention(q, k, v)``."""
 
     def __init__(
@@ -346,6 +320,7 @@ class AsyncClient:
         retries: int = DEFAULT_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        _check_base_url(base_url)
         self._http = httpx.AsyncClient(
             base_url=base_url,
             headers=_headers(api_key),
@@ -362,117 +337,41 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _send(self, call: Call, build: Callable[[Outputs], ResultT]) -> ResultT:
-        async with self._http.stream("POST", call.path, content=call.body, headers=call.headers) as response:
-            try:
-                body = await response.aread()
-            except httpx.DecodingError as error:
-                raise _undecodable(response, error) from error
-        return read_result(response.status_code, response.headers, body, build)
+    async def _send(self, method: str, call: Call) -> tuple[int, httpx.Headers, bytes]:
+        stream = self._http.stream(method, call.path, content=call.body, headers=call.headers)
+        try:
+            async with stream as response:
+                try:
+                    body = await response.aread()
+                except httpx.DecodingError as error:
+                    raise _undecodable(response, error) from error
+        except httpx.TransportError as error:
+            raise _transport_error(error, method, str(self._http.base_url.join(call.path))) from error
+        return response.status_code, response.headers, body
 
-    async def attention(
-        self,
-        query: ArrayLike,
-        key: ArrayLike,
-        value: ArrayLike,
-        *,
-        mask: ArrayLike | None = None,
-        bias: ArrayLike | None = None,
-        causal: bool = False,
-        causal_alignment: str = "lower_right",
-        scale: float | None = None,
-        empty_rows: str = "error",
-        include: Collection[AttentionOutput] = DEFAULT_INCLUDE,
-        precision: Precision | None = None,
-    ) -> AttentionResult:
-        """As :meth:`Client.attention`."""
-        call = _attention_call(
-            query,
-            key,
-            value,
-            mask=mask,
-            bias=bias,
-            causal=causal,
-            causal_alignment=causal_alignment,
-            scale=scale,
-            empty_rows=empty_rows,
-            include=include,
-            precision=precision,
-        )
-        return await self._send(call, _attention_result)
+    async def _call(self, spec: ModelSpec[ResultT], arguments: dict[str, Any]) -> ResultT:
+        prepared = prepare(spec, arguments)
+        status, headers, body = await self._send("POST", prepared.call)
+        return finish(spec, prepared, status, headers, body)
 
-    async def softmax(
-        self,
-        logits: ArrayLike,
-        *,
-        mask: ArrayLike | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        min_p: float | None = None,
-        log_probabilities: bool = False,
-        precision: Precision | None = None,
-    ) -> SoftmaxResult:
-        """As :meth:`Client.softmax`."""
-        call = _softmax_call(
-            logits,
-            mask=mask,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            log_probabilities=log_probabilities,
-            precision=precision,
-        )
-        return await self._send(call, _softmax_result)
+    async def _get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
+        return await self._send("GET", Call(path=path, body=b"", headers={}))
 
-    async def sample(
-        self,
-        logits: ArrayLike,
-        *,
-        mask: ArrayLike | None = None,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        min_p: float | None = None,
-        num_samples: int = 1,
-        seed: int | None = None,
-    ) -> SampleResult:
-        """As :meth:`Client.sample`."""
-        call = _sample_call(
-            logits,
-            mask=mask,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            min_p=min_p,
-            num_samples=num_samples,
-            seed=seed,
-        )
-        return await self._send(call, _sample_result)
+    async def health(self) -> bool:
+        """As :meth:`Client.health`."""
+        return bool(_probe_answer("/v2/health/live", *await self._get("/v2/health/live")).get("live"))
 
-    async def log_likelihood(
-        self,
-        logits: ArrayLike,
-        targets: ArrayLike,
-        *,
-        shift: bool = False,
-        ignore_index: int = -100,
-        temperature: float = 1.0,
-        top_logprobs: int = 0,
-        precision: Precision | None = None,
-    ) -> LikelihoodResult:
-        """As :meth:`Client.log_likelihood`."""
-        call = _likelihood_call(
-            logits,
-            targets,
-            shift=shift,
-            ignore_index=ignore_index,
-            temperature=temperature,
-            top_logprobs=top_logprobs,
-            precision=precision,
-        )
-        return await self._send(call, _likelihood_result)
+    async def ready(self) -> bool:
+        """As :meth:`Client.ready`."""
+        status, headers, body = await self._get("/v2/health/ready")
+        if status == 503:
+            return False
+        return bool(_probe_answer("/v2/health/ready", status, headers, body).get("ready"))
+
+    async def metadata(self, model: str | None = None) -> dict[str, Any]:
+        """As :meth:`Client.metadata`."""
+        path = _metadata_path(model)
+        return _probe_answer(path, *await self._get(path))
 
 
 __all__ = ["AsyncClient", "Client"]

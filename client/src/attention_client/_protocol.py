@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
 from attention_client._errors import ApiError, MalformedAnswerError
 
@@ -26,41 +26,6 @@ _DTYPES: dict[str, np.dtype[Any]] = {
     "FP32": np.dtype("<f4"),
     "FP64": np.dtype("<f8"),
 }
-
-
-def float_tensor(name: str, values: ArrayLike) -> tuple[str, NDArray[Any], str]:
-    """A float32 array travels as FP32 (and is answered in float32); other real numbers as FP64.
-
-    Complex numbers (whose imaginary part the cast would drop), booleans and text are refused here, as the
-    service refuses them in JSON.
-    """
-    array = np.asarray(values)
-    if array.dtype.kind not in "iuf":
-        raise ValueError(f"{name} must be real numbers, got {array.dtype}")
-    if array.dtype == np.float32:
-        return name, array, "FP32"
-    return name, np.asarray(array, dtype=np.float64), "FP64"
-
-
-def bool_tensor(name: str, values: ArrayLike) -> tuple[str, NDArray[Any], str]:
-    """Booleans; an integer mask must hold only 0 and 1 (2 is a mistake, not "true")."""
-    array = np.asarray(values)
-    if array.dtype != np.bool_:
-        if array.dtype.kind not in "iu" or not np.isin(array, (0, 1)).all():
-            raise ValueError(f"{name} must be booleans (or 0/1 integers), got {array.dtype}")
-        array = array.astype(np.bool_)
-    return name, array, "BOOL"
-
-
-def int_tensor(name: str, values: ArrayLike) -> tuple[str, NDArray[Any], str]:
-    array = np.asarray(values)
-    if array.dtype.kind not in "iu":
-        raise ValueError(f"{name} must be integers, got {array.dtype}")
-    if array.dtype == np.int32:
-        return name, array, "INT32"
-    if array.dtype == np.uint64 and array.size and int(array.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} holds {int(array.max())}, beyond INT64")  # the cast would wrap it
-    return name, np.asarray(array, dtype=np.int64), "INT64"
 
 
 @dataclass(frozen=True)
@@ -113,15 +78,20 @@ _READ_ERRORS = (ValueError, TypeError, LookupError, AttributeError, OverflowErro
 
 
 def read_result(
-    status: int, headers: Mapping[str, str], body: bytes, build: Callable[[Outputs], ResultT]
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes,
+    build: Callable[[Outputs], ResultT],
+    read: Callable[[int, Mapping[str, str], bytes], Outputs] | None = None,
 ) -> ResultT:
-    """The answer as ``build`` makes it from the outputs, or an :class:`ApiError`: the service's refusal
-    (its problem document), or :class:`MalformedAnswerError` for anything that is not a well-formed answer,
-    with the exception that reading it raised as ``__cause__``."""
+    """The answer as ``build`` makes it from the outputs (``read`` from the body: by default an infer
+    answer's), or an :class:`ApiError`: the service's refusal (its problem document), or
+    :class:`MalformedAnswerError` for anything that is not a well-formed answer, with the exception that
+    reading it raised as ``__cause__``."""
     if status != 200:
         raise error_from(status, headers, body)
     try:
-        return build(read_outputs(status, headers, body))
+        return build((read or read_outputs)(status, headers, body))
     except MalformedAnswerError:
         raise
     except _READ_ERRORS as error:

@@ -1,0 +1,204 @@
+"""The Python client as the contract states it: one method per /v1 operation (sync and async) with every field
+of its request, Literal types for the closed sets, the generated module in step with openapi.yaml, and every
+argument checked before sending (an InvalidInput naming it)."""
+
+from __future__ import annotations
+
+import inspect
+import re
+import subprocess
+import sys
+import tomllib
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attention_client
+import httpx
+import pytest
+import yaml
+from attention_client import ApiError, AsyncClient, Client, InvalidInput
+
+from tests.conftest import CONTRACT_PATH
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATOR = ROOT / "client/src/attention_client/_generate.py"
+GENERATED = ROOT / "client/src/attention_client/_models.py"
+
+
+def _spec() -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load(CONTRACT_PATH.read_text())
+    return spec
+
+
+def _v1_operations() -> list[tuple[str, str, dict[str, Any]]]:
+    """(method name, path, request schema) of every /v1 operation."""
+    spec = _spec()
+    schemas = spec["components"]["schemas"]
+    found = []
+    for path, item in spec["paths"].items():
+        if path.startswith("/v1/"):
+            operation = item["post"]
+            reference = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+            name = re.sub(r"(?<!^)(?=[A-Z])", "_", operation["operationId"]).lower()
+            found.append((name, path, schemas[reference.rsplit("/", 1)[1]]))
+    return found
+
+
+def test_the_generated_module_is_the_contract_s() -> None:
+    done = subprocess.run(
+        [sys.executable, str(GENERATOR), str(CONTRACT_PATH)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == GENERATED.read_text(), "_models.py is stale: run `make clients`"
+
+
+@pytest.mark.parametrize("client_class", [Client, AsyncClient])
+@pytest.mark.parametrize(("method", "path", "schema"), _v1_operations(), ids=lambda v: str(v)[:30])
+def test_every_operation_is_a_method_with_every_request_field(
+    client_class: type[Any], method: str, path: str, schema: dict[str, Any]
+) -> None:
+    function = getattr(client_class, method, None)
+    assert function is not None, f"{client_class.__name__} has no {method} for POST {path}"
+    assert inspect.iscoroutinefunction(function) is (client_class is AsyncClient)
+    parameters = inspect.signature(function).parameters
+    assert set(parameters) - {"self"} == set(schema["properties"]), path
+    hints = typing.get_type_hints(function)
+    for name, field in schema["properties"].items():
+        # A closed set is a Literal, in the argument's annotation (itself, or the items of include).
+        values = field.get("enum") or _enum(field)
+        if values:
+            assert set(values) <= set(_literal_values(hints[name])), (method, name)
+        if name in schema.get("required", []):
+            assert parameters[name].default is inspect.Parameter.empty, (method, name)
+
+
+def _enum(field: dict[str, Any]) -> list[Any]:
+    for alternative in field.get("anyOf", [field]):
+        if "enum" in alternative:
+            return list(alternative["enum"])
+        if "enum" in alternative.get("items", {}):
+            return list(alternative["items"]["enum"])
+    return []
+
+
+def _literal_values(annotation: Any) -> list[Any]:
+    if typing.get_origin(annotation) is typing.Literal:
+        return list(typing.get_args(annotation))
+    return [value for argument in typing.get_args(annotation) for value in _literal_values(argument)]
+
+
+def test_the_version_is_the_package_s() -> None:
+    pyproject = tomllib.loads((ROOT / "client/pyproject.toml").read_text())
+    assert attention_client.__version__ == pyproject["project"]["version"]
+
+
+def _never_sent(request: httpx.Request) -> httpx.Response:
+    raise AssertionError(f"sent {request.method} {request.url}, which the client should have refused")
+
+
+def _offline() -> Client:
+    return Client("http://service.test", transport=httpx.MockTransport(_never_sent))
+
+
+QUERY, KEY, VALUE = [[0.0, 1.0]], [[1.0, 0.0], [0.0, 1.0]], [[6.0, 0.0], [0.0, 3.0]]
+
+REFUSED: dict[str, tuple[Callable[[Client], object], str, str]] = {
+    "a typo'd include": (
+        lambda c: c.attention(QUERY, KEY, VALUE, include=["weight"]),  # type: ignore[list-item]
+        "include",
+        r"'weight' is not an optional output of attention\. Did you mean 'weights'\?",
+    ),
+    "include as a string": (
+        lambda c: c.attention(QUERY, KEY, VALUE, include="scores"),  # type: ignore[arg-type]
+        "include",
+        r"collection of output names such as \['scores'\], not a string",
+    ),
+    "a ragged array": (
+        lambda c: c.attention([[0.0, 1.0], [1.0]], KEY, VALUE),
+        "query",
+        r"query is not a rectangular array",
+    ),
+    "a string target": (
+        lambda c: c.log_likelihood([[1.0, 2.0]], "1"),
+        "targets",
+        r"targets must be an array of numbers, got the string '1'",
+    ),
+    "float targets": (
+        lambda c: c.log_likelihood([[1.0, 2.0]], [1.5]),
+        "targets",
+        r"targets must be integers, got float64",
+    ),
+    "a NaN in an array": (
+        lambda c: c.softmax([1.0, float("nan")]),
+        "logits",
+        r"logits holds a NaN or an infinity",
+    ),
+    "an infinite option": (
+        lambda c: c.softmax([1.0, 2.0], temperature=float("inf")),
+        "temperature",
+        r"temperature must be a finite number, got float inf",
+    ),
+    "an option out of range": (
+        lambda c: c.softmax([1.0, 2.0], top_p=1.5),
+        "top_p",
+        r"top_p must be <= 1\.0, got 1\.5",
+    ),
+    "a value outside a closed set": (
+        lambda c: c.attention(QUERY, KEY, VALUE, causal_alignment="lower-right"),  # type: ignore[arg-type]
+        "causal_alignment",
+        r"must be one of 'lower_right', 'upper_left', got 'lower-right' \(did you mean 'lower_right'\?\)",
+    ),
+    "a bool for an int": (
+        lambda c: c.sample([1.0, 2.0], num_samples=True),
+        "num_samples",
+        r"num_samples must be an int, got bool True",
+    ),
+    "a window of three": (
+        lambda c: c.attention(QUERY, KEY, VALUE, window=[1, 2, 3]),
+        "window",
+        r"window must hold 2 items, got 3",
+    ),
+    "an unknown rotary member": (
+        lambda c: c.attention(QUERY, KEY, VALUE, rotary={"bsae": 10.0}),  # type: ignore[typeddict-unknown-key]
+        "rotary",
+        r"rotary has no member 'bsae'\. Did you mean 'base'\?",
+    ),
+    "a missing required option": (
+        lambda c: c.positional_encoding(kind=None),  # type: ignore[arg-type]
+        "kind",
+        r"kind must not be None",
+    ),
+    "a rank the contract does not allow": (
+        lambda c: c.attention(QUERY, [1.0, 0.0], VALUE),
+        "key",
+        r"key must have rank 2 to 4, got shape \[2\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_arguments_the_service_would_refuse_raise_invalid_input_naming_them(case: str) -> None:
+    call, argument, message = REFUSED[case]
+    with _offline() as service, pytest.raises(InvalidInput, match=message) as refused:
+        call(service)
+    assert refused.value.argument == argument
+    assert list(refused.value.errors) == [argument]
+    assert isinstance(refused.value, ApiError)
+    assert isinstance(refused.value, ValueError)  # as these checks raised before they were ApiErrors
+    assert refused.value.status == 0  # nothing was sent
+
+
+@pytest.mark.parametrize("suffix", ["/v2", "/v1/", "/v2/models/attention"])
+def test_a_base_url_with_a_protocol_prefix_is_refused_with_a_hint(suffix: str) -> None:
+    with pytest.raises(InvalidInput, match="must be the server root") as refused:
+        Client("http://127.0.0.1:8000" + suffix)
+    assert refused.value.argument == "base_url"
+    with pytest.raises(InvalidInput, match="must be the server root"):
+        AsyncClient("http://127.0.0.1:8000" + suffix)
