@@ -5,8 +5,8 @@
 //
 // Every function takes the request body (as in openapi.yaml) and options { baseUrl, signal }, and resolves
 // to the response body. A refused request (application/problem+json) rejects with an ApiError that carries
-// the HTTP status and the messages per request field (`errors`); a service that cannot be reached rejects with an
-// ApiError of status 0.
+// the HTTP status and the messages per request field (`errors`); a service that cannot be reached rejects
+// with an ApiError of status 0.
 
 /** The service this module was served from: the default base URL of every call. */
 export const DEFAULT_BASE_URL = new URL("..", import.meta.url).href.replace(/\/$/, "");
