@@ -11,7 +11,7 @@ a 16 MiB tmpfs (``--metrics-tmpfs``, root only, as the Kubernetes manifest's in-
 - **slow clients**: 64 idle, then 64 slowloris connections, each with 4 slow readers of a 6 MB answer, while
   ``/livez`` (1 s) and the worked example (2 s) are probed (deploy/slow_clients.py);
 - **Content-Length lies**: shorter bodies than claimed (closed, and held open), a claim of 2^64;
-- **malformed chunked bodies** and **unknown content encodings**.
+- **malformed chunked bodies**, **unknown content encodings** and a **zip bomb** (1 GiB of zeros, gzip: 413).
 
 It fails on any worker death, any 500, any probe slower than its bound, any answer the app wrote (it
 carries the request's ``X-Request-ID``) without its JSON log line, and any attack-specific rule above.
@@ -35,6 +35,7 @@ import string
 import subprocess
 import tempfile
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -262,6 +263,14 @@ def unknown_encodings(attack: Attack) -> None:
             post_head("/v1/softmax", len(body), f"Content-Encoding: {encoding}"),
             body,
             expect={400, 415},
+        )
+    # A zip bomb: 1 GiB of zeros in about 1 MB of gzip, inflated only up to MAX_BODY_BYTES, then a 413.
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(MIB)
+    bomb = b"".join([*(compressor.compress(zeros) for _ in range(1024)), compressor.flush()])
+    for path in ("/v1/softmax", "/v2/models/softmax/infer"):
+        attack.send(
+            "encoding-gzip-bomb", post_head(path, len(bomb), "Content-Encoding: gzip"), bomb, expect={413}
         )
 
 

@@ -46,7 +46,7 @@ from flask.wrappers import Request
 from werkzeug.wsgi import ClosingIterator
 
 from service.requests import Work
-from service.web.body import CountingInput, body_bytes_read, counting_input
+from service.web.body import CountingInput, body_size, counting_input
 from service.web.connection import close_connection_after_answer, under_gevent
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.inference import Timeline, current_timeline
@@ -430,6 +430,18 @@ def refusal_before_body(admission: Admission, content_length: int | None) -> Pro
     )
 
 
+def hold_body_bytes(size: int) -> None:
+    """Hold ``size`` more bytes of the budget for the current request's body (a compressed body as it is
+    inflated: it counts at its inflated size, as a plain body at its length); 503 ``overloaded`` when the
+    budget cannot take them now."""
+    admission = admission_of(current_app)
+    reservation = _current.get()
+    if admission is None or reservation is None:
+        return
+    if not reservation.take(size, upload=True):
+        raise _no_room_for_body(admission, size)
+
+
 def body_reservation(limits: AdmissionLimits, content_length: int | None) -> int:
     """What a body reserves of the budget before it is read: its length, or ``MAX_BODY_BYTES`` if chunked."""
     return limits.max_body_bytes if content_length is None else content_length
@@ -537,7 +549,7 @@ def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSW
     reservation = _current.get()
     if admission is None or reservation is None:
         return computation.run()
-    body_bytes = body_bytes_read()
+    body_bytes = body_size()  # inflated, for a compressed body: what parsing it holds
     memory = HELD_PER_BODY_BYTE * body_bytes + HELD_PER_WORK_ELEMENT * held_elements(work)
     cpu_seconds = work.estimated_cpu_seconds
     if cpu_seconds <= NO_SLOT_SECONDS and reservation.take(

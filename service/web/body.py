@@ -23,6 +23,7 @@ from service.web.connection import close_connection_after_answer, stall_watch, u
 from service.web.problems import Problem
 
 _ENVIRON_KEY = "attention.body"
+_INFLATED_KEY = "attention.body.inflated"
 # The labels of a form or of text: what `curl -d` sends unless told otherwise, and what a page on any origin
 # may send without the browser asking the server first (CORS-safelisted). Neither protocol declares them.
 FORM_MEDIA_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
@@ -156,15 +157,22 @@ def counting_input(environ: dict[str, Any]) -> CountingInput | None:
     return counted
 
 
-def body_bytes_read() -> int:
-    """Bytes of the current request's body that the service has read so far (0 outside a request)."""
+def body_size() -> int:
+    """Bytes of the current request's body as the service handles it: its inflated size when it came
+    compressed (:func:`note_inflated_size`), else the bytes read."""
     if not has_request_context():
         return 0
-    return bytes_read(request)
+    inflated: int | None = request.environ.get(_INFLATED_KEY)
+    return inflated if inflated is not None else bytes_read(request)
+
+
+def note_inflated_size(size: int) -> None:
+    """Record the size the current request's compressed body inflated to (for :func:`body_size`)."""
+    request.environ[_INFLATED_KEY] = size
 
 
 def bytes_read(current_request: Request) -> int:
-    """:func:`body_bytes_read` for a request already in hand."""
+    """Bytes of ``current_request``'s body that the service has read so far (as sent: compressed or not)."""
     counted: CountingInput | None = current_request.environ.get(_ENVIRON_KEY)
     return counted.bytes_read if counted is not None else 0
 

@@ -7,12 +7,15 @@ null), so the two protocols are one service.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
+import numpy as np
 import pytest
 
-from deploy.launch import Server, start
+from deploy.launch import MIB, Server, start
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402
@@ -76,3 +79,59 @@ def test_the_config_of_an_unknown_model_is_an_error_naming_it(triton: Any) -> No
         triton.get_model_config("gpt")
     assert refused.value.status() == "404"
     assert "'gpt'" in refused.value.message()
+
+
+# ---- compressed requests ----
+
+
+def _v1(server: Server, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = httpx.post(server.url(path), json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+@pytest.mark.parametrize("binary", [True, False])
+def test_a_compressed_infer_answers_as_v1(server: Server, triton: Any, algorithm: str, binary: bool) -> None:
+    logits = np.random.default_rng(5).normal(size=(3, 7, 11))
+    tensor = tritonclient_http.InferInput("logits", list(logits.shape), "FP64")
+    tensor.set_data_from_numpy(logits, binary_data=binary)
+    outputs = [
+        tritonclient_http.InferRequestedOutput(n, binary_data=binary) for n in ("probabilities", "argmax")
+    ]
+    result = triton.infer(
+        "softmax",
+        [tensor],
+        outputs=outputs,
+        parameters={"temperature": 0.8, "top_k": 4},
+        request_compression_algorithm=algorithm,
+        response_compression_algorithm=algorithm,
+    )
+    expected = _v1(server, "/v1/softmax", {"logits": logits.tolist(), "temperature": 0.8, "top_k": 4})
+    np.testing.assert_allclose(
+        result.as_numpy("probabilities"), expected["probabilities"], rtol=1e-12, atol=0
+    )
+    np.testing.assert_array_equal(result.as_numpy("argmax"), expected["argmax"])
+
+
+def test_a_zip_bomb_is_413_and_the_worker_holds_no_more_than_the_body_limit(server: Server) -> None:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    zeros = bytes(MIB)
+    bomb = b"".join([*(compressor.compress(zeros) for _ in range(2048)), compressor.flush()])  # 2 GiB
+    before = server.reset_peak_memory()
+    response = httpx.post(
+        server.url("/v2/models/softmax/infer"),
+        content=bomb,
+        headers={"Content-Encoding": "gzip", "Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert response.status_code == 413, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "MAX_BODY_BYTES" in response.json()["detail"]
+    after = server.memory()
+    assert set(after) == set(before)  # the same worker, alive
+    for pid, memory in after.items():
+        # At most the 16 MiB limit inflated (and its join) on top of what the worker held before.
+        assert memory.peak - before[pid].rss < 96 * MIB, f"worker {pid}: {memory.peak:,} bytes at its peak"
+    assert httpx.get(server.url("/readyz"), timeout=10).status_code == 200

@@ -11,7 +11,8 @@ import marshmallow as ma
 import orjson
 
 from service.web.admission import decode_off_the_loop
-from service.web.body import read_body, refuse_form_label
+from service.web.body import refuse_form_label
+from service.web.encodings import read_decoded_body, request_coding
 from service.web.problems import Problem, problem_from_validation_messages, refuse_many_unknown_fields
 
 
@@ -21,7 +22,7 @@ def load_json_body(req: flask.Request, schema: ma.Schema) -> Any:
     A large body is parsed and loaded off the worker's loop (service.web.admission.decode_off_the_loop).
     """
     require_json_body(req)
-    body = read_body(req)
+    body = read_decoded_body(req)
     try:
         return decode_off_the_loop(lambda: _load(body, schema), body_bytes=len(body))
     except ma.ValidationError as error:
@@ -71,19 +72,9 @@ def is_json(mimetype: str | None) -> bool:
 
 
 def require_json_body(request: flask.Request) -> None:
-    """415 for a body that is compressed or not JSON."""
-    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
-        # Bodies are small JSON under MAX_BODY_BYTES and our clients send them plain; decoding gzip would
-        # add a decompression bomb to guard against for no gain. Reading the compressed bytes as JSON (as
-        # before) gave a misleading 400, or silently wrong data. RFC 7694: 415 with the encodings accepted.
-        raise Problem(
-            415,
-            f"Send the request body without a Content-Encoding (this request sent {encoding[:40]!r}); "
-            "this service does not decode compressed bodies.",
-            slug="unsupported-media-type",
-            headers={"Accept-Encoding": "identity"},
-        )
+    """415 for a body that is not JSON, or compressed other than as gzip or deflate (those are inflated
+    within the body limit and the memory budget: service.web.encodings)."""
+    request_coding(request)
     refuse_form_label(request, "application/json")
     if not is_json(request.mimetype):
         sent = request.mimetype or "no Content-Type"

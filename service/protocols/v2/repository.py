@@ -21,7 +21,7 @@ from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.protocols.v2.models import MODELS, VERSION, Model
 from service.protocols.v2.tensors import DTYPES, malformed
 from service.protocols.v2.views import model_metadata
-from service.web.body import read_body
+from service.web.encodings import read_decoded_body
 from service.web.problems import problem_from_validation_messages
 from service.web.routes import Routes
 
@@ -189,7 +189,7 @@ def _model(name: str) -> Model:
 
 def _read_index_request() -> dict[str, Any]:
     """The index request's options: none for an empty body, else a JSON object of them (``ready``)."""
-    body = read_body(request)
+    body = read_decoded_body(request)
     if not body.strip():
         return {}
     try:

@@ -43,7 +43,8 @@ from service.protocols.v2.tensors import (
     split_body,
 )
 from service.web.admission import run_admitted
-from service.web.body import read_body, refuse_form_label
+from service.web.body import refuse_form_label
+from service.web.encodings import read_decoded_body
 from service.web.json_provider import dumps_bytes
 from service.web.limits import JSON_ANSWER, AnswerEncoding, binary_answer
 from service.web.problems import (
@@ -199,14 +200,8 @@ def model_metadata(model: Model) -> dict[str, Any]:
 
 
 def _infer(model: Model) -> Response:
-    if request.content_encoding not in (None, "", "identity"):
-        raise Problem(
-            415,
-            f"Send the body uncompressed (this request is {request.content_encoding[:40]}).",
-            slug="unsupported-media-type",
-        )
     refuse_form_label(request, "application/json, application/octet-stream")
-    header, binary = split_body(read_body(request), request.headers.get(HEADER_LENGTH))
+    header, binary = split_body(read_decoded_body(request), request.headers.get(HEADER_LENGTH))
     document = parse_header(header)
     request_id = document.get("id")
     if request_id is not None and not isinstance(request_id, str):

@@ -1,0 +1,149 @@
+"""Request bodies sent compressed (``Content-Encoding: gzip`` or ``deflate``), inflated within the body limit
+and the process's memory budget.
+
+A compressed body counts at its inflated size, as a plain body counts at its length: the inflated bytes are
+held against ``MAX_BODY_BYTES`` (413 ``body-too-large`` as soon as they would pass it) and reserved from the
+memory budget (503 ``overloaded`` when it cannot take them now), each step *before* it is inflated, with
+zlib's ``max_length``: a body of a few KB that would inflate to gigabytes (a zip bomb) costs one step of
+memory and is refused, never held. Any other coding is a 415 naming the header, before the body is read.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable
+
+import flask
+
+from service.web.admission import SMALL_BODY_BYTES, hold_body_bytes
+from service.web.body import note_inflated_size, read_body
+from service.web.connection import under_gevent
+from service.web.problems import Problem
+
+CONTENT_ENCODING = "Content-Encoding"
+ACCEPTED_CODINGS = "gzip, deflate"
+# zlib's wbits for each coding: gzip's header and trailer (RFC 1952; x-gzip is its old name, RFC 9110
+# 8.4.1.3), or zlib's (RFC 1950: what HTTP's "deflate" means). Raw deflate (RFC 1951), which some clients
+# send as "deflate", is told from zlib by its header (:func:`_deflate_wbits`).
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+_ZLIB_WBITS = zlib.MAX_WBITS
+_RAW_DEFLATE_WBITS = -zlib.MAX_WBITS
+_CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
+# Bytes inflated (and reserved) per step after the first, which is no more than a small body's size, so a
+# compressed small request is as cheap to admit as a plain one.
+INFLATE_STEP = 256 * 1024
+
+
+def request_coding(req: flask.Request) -> str | None:
+    """The body's content coding, ``"gzip"`` or ``"deflate"``; None when it has none (or ``identity``).
+
+    Any other coding, or more than one, is a 415 naming the header and listing the codings accepted
+    (RFC 7694's ``Accept-Encoding`` in the answer).
+    """
+    header = req.headers.get(CONTENT_ENCODING)
+    if header is None:
+        return None
+    coding = header.strip().lower()
+    if coding in ("", "identity"):
+        return None
+    if coding in _CODINGS:
+        return _CODINGS[coding]
+    message = (
+        f"this service decodes request bodies sent as gzip or deflate (or uncompressed), not {header[:40]!r}."
+    )
+    raise Problem(
+        415,
+        f"{CONTENT_ENCODING}: {message}",
+        slug="unsupported-media-type",
+        errors={CONTENT_ENCODING: [message]},
+        headers={"Accept-Encoding": ACCEPTED_CODINGS},
+    )
+
+
+def read_decoded_body(req: flask.Request) -> bytes:
+    """The request body with its content coding undone (the body as read when it has none).
+
+    415 for a coding this service does not decode (before reading the body), 400 for bytes that are not what
+    the header says, 413 once the inflated bytes would pass ``MAX_BODY_BYTES``, 503 when the memory budget
+    cannot hold them now.
+    """
+    coding = request_coding(req)
+    body = read_body(req)
+    if coding is None or not body:
+        return body
+    inflated = inflate(body, coding, limit=req.max_content_length, hold=hold_body_bytes)
+    note_inflated_size(len(inflated))
+    return inflated
+
+
+def inflate(data: bytes, coding: str, *, limit: int | None, hold: Callable[[int], None]) -> bytes:
+    """``data`` decompressed as ``coding`` (``"gzip"``, every member, or ``"deflate"``): at most ``limit``
+    bytes.
+
+    ``hold(n)`` is called before a step that may produce more bytes than were held so far, with how many more
+    (it raises to refuse them); a step never produces more than one byte past ``limit``, and that byte is a
+    413.
+    """
+    inflated: list[bytes] = []
+    total = held = 0
+    rest = data
+    while True:
+        wbits = _GZIP_WBITS if coding == "gzip" else _deflate_wbits(rest)
+        decompressor = zlib.decompressobj(wbits)
+        while not decompressor.eof:
+            step = SMALL_BODY_BYTES if total < SMALL_BODY_BYTES else INFLATE_STEP
+            if limit is not None:
+                step = min(step, limit - total + 1)
+            if total + step > held:  # held so far: what was inflated, and at most one step not used
+                hold(total + step - held)
+                held = total + step
+            try:
+                piece = decompressor.decompress(rest, step)
+            except zlib.error as error:
+                raise _malformed(coding, f"it is not valid {coding} data ({error})") from None
+            rest = decompressor.unconsumed_tail
+            total += len(piece)
+            if limit is not None and total > limit:
+                raise Problem(
+                    413,
+                    f"The request body inflates past the limit of {limit:,} bytes (MAX_BODY_BYTES); a "
+                    "compressed body counts at its inflated size.",
+                    slug="body-too-large",
+                )
+            inflated.append(piece)
+            if len(piece) < step and not rest:
+                break  # every byte given and the stream not ended: cut short
+            _let_other_requests_run()
+        if not decompressor.eof:
+            raise _malformed(coding, f"its {coding} data ends before the end of the compressed stream")
+        rest = decompressor.unused_data
+        if not rest:
+            break
+        if coding != "gzip":  # gzip may hold several members (RFC 1952); a zlib stream is one
+            raise _malformed(coding, f"{len(rest):,} bytes follow the end of the compressed stream")
+    # One copy of at most MAX_BODY_BYTES beyond what was held, and only one at a time per process: nothing
+    # yields to other requests between here and the caller's use of it.
+    return b"".join(inflated)
+
+
+def _deflate_wbits(data: bytes) -> int:
+    """zlib's format when ``data`` starts with a zlib header (RFC 1950: method 8, a check that divides by
+    31), else raw deflate."""
+    if len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0:
+        return _ZLIB_WBITS
+    return _RAW_DEFLATE_WBITS
+
+
+def _malformed(coding: str, reason: str) -> Problem:
+    message = f"The request body does not decode as its {CONTENT_ENCODING} ({coding}) says: {reason}."
+    return Problem(
+        400, message, slug="malformed-body", title="Malformed body", errors={CONTENT_ENCODING: [message]}
+    )
+
+
+def _let_other_requests_run() -> None:
+    """Between steps of a large body, let the worker's loop serve other connections (under gevent)."""
+    if under_gevent():
+        import gevent  # only under the gevent worker, where it is loaded already
+
+        gevent.sleep(0)
