@@ -135,3 +135,129 @@ def test_a_zip_bomb_is_413_and_the_worker_holds_no_more_than_the_body_limit(serv
         # At most the 16 MiB limit inflated (and its join) on top of what the worker held before.
         assert memory.peak - before[pid].rss < 96 * MIB, f"worker {pid}: {memory.peak:,} bytes at its peak"
     assert httpx.get(server.url("/readyz"), timeout=10).status_code == 200
+
+
+# ---- every model of the repository index, as /v1 answers it ----
+
+_RNG = np.random.default_rng(20)
+
+
+def _normal(*shape: int) -> list[Any]:
+    values: list[Any] = _RNG.normal(size=shape).tolist()
+    return values
+
+
+# One /v1 body per model, with options, nested options and optional outputs (include) where the model has
+# them: the /v2 request is made from it (arrays are the metadata's input tensors, nested objects flattened to
+# dotted names, the rest parameters, include the outputs). A model the index lists without an example here
+# fails the test: each new model gets one.
+V1_EXAMPLES: dict[str, dict[str, Any]] = {
+    "attention": {
+        "query": _normal(2, 3, 4),
+        "key": _normal(2, 5, 4),
+        "value": _normal(2, 5, 3),
+        "mask": (_RNG.random((3, 5)) > 0.2).tolist(),
+        "causal": True,
+        "softcap": 5.0,
+        "include": ["weights", "scores", "logsumexp"],
+    },
+    "softmax": {"logits": _normal(3, 9), "temperature": 0.7, "top_k": 5, "include": ["log_probabilities"]},
+    "log-likelihood": {"logits": _normal(2, 4, 6), "targets": _RNG.integers(0, 6, (2, 4)).tolist()},
+    "sample": {"logits": _normal(2, 7), "temperature": 0.9, "top_p": 0.9, "num_samples": 3, "seed": 11},
+    "multi-head-attention": {
+        "query": _normal(3, 4),
+        "w_q": _normal(4, 4),
+        "w_k": _normal(4, 2),
+        "w_v": _normal(4, 2),
+        "w_o": _normal(4, 4),
+        "b_o": _normal(4),
+        "num_heads": 2,
+        "num_kv_heads": 1,
+        "causal": True,
+        "rotary": {"base": 500.0},
+        "include": ["weights", "heads"],
+    },
+    "positional-encoding": {
+        "kind": "rotary",
+        "x": _normal(2, 5, 6),
+        "positions": [3, 4, 5, 6, 7],
+        "base": 100.0,
+        "include": ["tables"],
+    },
+}
+
+
+def _flattened(body: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``body``'s members by dotted path (``rotary.base``), nested objects flattened, lists kept whole."""
+    flat: dict[str, Any] = {}
+    for name, value in body.items():
+        if isinstance(value, dict):
+            flat.update(_flattened(value, f"{prefix}{name}."))
+        else:
+            flat[f"{prefix}{name}"] = value
+    return flat
+
+
+_DTYPES = {"FP64": np.float64, "INT64": np.int64, "BOOL": np.bool_}
+
+
+def _v1_as_array(value: Any) -> np.ndarray:
+    """A /v1 answer's value as an array: null as NaN (where /v2's binary floats hold NaN or -inf)."""
+
+    def replace(item: Any) -> Any:
+        return [replace(i) for i in item] if isinstance(item, list) else (np.nan if item is None else item)
+
+    return np.asarray(replace(value))
+
+
+def _expected_outputs(v1_answer: dict[str, Any], output_names: set[str]) -> dict[str, np.ndarray]:
+    """The /v2 outputs /v1's answer stands for: its members of the same names, and log-likelihood's
+    ``top_logprobs`` objects split into the ``top_logprobs`` and ``top_tokens`` tensors."""
+    expected: dict[str, np.ndarray] = {}
+    for name, value in v1_answer.items():
+        if name == "top_logprobs" and "top_tokens" in output_names:
+            expected["top_logprobs"] = _v1_as_array([[[e["logprob"] for e in p] for p in s] for s in value])
+            expected["top_tokens"] = _v1_as_array([[[e["token"] for e in p] for p in s] for s in value])
+        elif name in output_names:
+            expected[name] = _v1_as_array(value)
+    return expected
+
+
+def test_tritonclient_calls_every_model_and_each_answers_as_v1(
+    server: Server, triton: Any, model_names: list[str]
+) -> None:
+    missing = sorted(set(model_names) - set(V1_EXAMPLES))
+    assert not missing, f"models without an example in V1_EXAMPLES: {missing}"
+    for name in model_names:
+        body = V1_EXAMPLES[name]
+        metadata = triton.get_model_metadata(name)
+        inputs = {tensor["name"]: tensor["datatype"] for tensor in metadata["inputs"]}
+        outputs = {tensor["name"] for tensor in metadata["outputs"]}
+        flat = _flattened(body)
+        include = flat.pop("include", [])
+        tensors = []
+        for path, datatype in inputs.items():
+            if path in flat:
+                array = np.asarray(flat.pop(path), dtype=_DTYPES[datatype])
+                tensor = tritonclient_http.InferInput(path, list(array.shape), datatype)
+                tensor.set_data_from_numpy(array, binary_data=True)
+                tensors.append(tensor)
+        v1_answer = _v1(server, f"/v1/{name}", body)
+        expected = _expected_outputs(v1_answer, outputs)
+        assert set(include) <= set(expected), f"{name}: {sorted(include)} not among /v2's outputs {outputs}"
+        requested = [tritonclient_http.InferRequestedOutput(n, binary_data=True) for n in expected]
+        result = triton.infer(name, tensors, outputs=requested, parameters=flat)
+        assert {output["name"] for output in result.get_response()["outputs"]} == set(expected), name
+        for output, want in expected.items():
+            got = result.as_numpy(output)
+            assert got.shape == want.shape or got.size == want.size == 0, (
+                name,
+                output,
+                got.shape,
+                want.shape,
+            )
+            if got.dtype.kind == "f":
+                got = np.where(np.isneginf(got), np.nan, got)  # /v1 writes a hidden score as null
+                np.testing.assert_allclose(got, want.astype(np.float64), rtol=1e-12, atol=0, equal_nan=True)
+            else:
+                np.testing.assert_array_equal(got.reshape(want.shape), want, err_msg=f"{name}.{output}")
