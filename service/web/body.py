@@ -159,11 +159,16 @@ def counting_input(environ: dict[str, Any]) -> CountingInput | None:
 
 def body_size() -> int:
     """Bytes of the current request's body as the service handles it: its inflated size when it came
-    compressed (:func:`note_inflated_size`), else the bytes read."""
+    compressed (:func:`note_inflated_size`), else the bytes read (0 outside a request)."""
     if not has_request_context():
         return 0
-    inflated: int | None = request.environ.get(_INFLATED_KEY)
-    return inflated if inflated is not None else bytes_read(request)
+    return body_size_of(request)
+
+
+def body_size_of(current_request: Request) -> int:
+    """:func:`body_size` for a request already in hand."""
+    inflated: int | None = current_request.environ.get(_INFLATED_KEY)
+    return inflated if inflated is not None else bytes_read(current_request)
 
 
 def note_inflated_size(size: int) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from flask import Flask, Response
 from flask.wrappers import Request
 
-from service.web.body import bytes_read
+from service.web.body import body_size_of
 from service.web.hooks import RequestGlobals, request_steps
 
 # Bodies at least this large leave enough behind to be worth a trim (the seed request is 100 bytes).
@@ -77,6 +77,6 @@ def install_memory_release(app: Flask) -> None:
 
 def _release_after_large_requests(request: Request, g: RequestGlobals, response: Response) -> Response:
     large_answer = response.is_streamed or (response.content_length or 0) >= LARGE_BODY_BYTES
-    if large_answer or bytes_read(request) >= LARGE_BODY_BYTES:
+    if large_answer or body_size_of(request) >= LARGE_BODY_BYTES:  # inflated, if it came compressed
         response.call_on_close(release_freed_memory)
     return response

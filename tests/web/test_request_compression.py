@@ -218,3 +218,23 @@ def test_inflate_holds_each_step_before_inflating_it() -> None:
 
     with pytest.raises(RuntimeError):
         inflate(gzip.compress(data), "gzip", limit=None, hold=refuse)
+
+
+def test_a_body_that_inflates_to_a_large_one_releases_memory_after_its_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from service.web import memory
+
+    released: list[bool] = []
+    monkeypatch.setattr(memory, "release_freed_memory", lambda: released.append(True) or True)
+    client = _client()
+    small = _post_compressed(client, "/v1/softmax", gzip.compress(_padded_softmax(1000)), "gzip")
+    assert small.status_code == 200
+    small.close()
+    assert released == []
+    body = gzip.compress(_padded_softmax(2 * MIB))
+    assert len(body) < 64 * 1024
+    large = _post_compressed(client, "/v1/softmax", body, "gzip")
+    assert large.status_code == 200
+    large.close()
+    assert released == [True]
