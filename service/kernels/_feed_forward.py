@@ -43,6 +43,7 @@ FEED_FORWARD_OUTPUTS: tuple[str, ...] = get_args(FeedForwardOutput)
 ERFC_BLOCK = 1 << 14
 # sqrt(2 / π) and the cubic coefficient of the tanh approximation (Hendrycks and Gimpel 2016), as PyTorch.
 GELU_TANH_SCALE = math.sqrt(2.0 / math.pi)
+SQRT_HALF = math.sqrt(0.5)  # 1/√2, multiplied by as PyTorch does
 GELU_TANH_CUBIC = 0.044715
 
 
@@ -211,7 +212,9 @@ def gelu(z: FloatArray) -> FloatArray:
     cancels and keeps only the absolute accuracy (PyTorch's form); erfc keeps the relative one.
     """
     with flush_subnormals():
-        z *= 0.5 * erfc(z * -math.sqrt(0.5))
+        phi = erfc(z * -SQRT_HALF)  # at most three arrays the size of z at once: z, the argument, erfc
+        phi *= 0.5
+        z *= phi
     return z
 
 

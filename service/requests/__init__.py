@@ -6,8 +6,9 @@ A request object that exists has passed every rule (ranks, ranges, allowed value
 
 from __future__ import annotations
 
-from service.kernels import AttentionOutput, MultiHeadOutput, Range
+from service.kernels import AttentionOutput, BlockOutput, FeedForwardOutput, MultiHeadOutput, Range
 from service.requests._attention import AttentionRequest
+from service.requests._block import TransformerBlockRequest
 from service.requests._common import (
     MAX_RANK,
     PRECISIONS,
@@ -18,8 +19,10 @@ from service.requests._common import (
     RequestError,
     Work,
 )
+from service.requests._feed_forward import FeedForwardRequest
 from service.requests._likelihood import TOP_LOGPROB_COST, LikelihoodRequest
 from service.requests._multihead import MultiHeadRequest
+from service.requests._norms import LayerNormRequest, LayerNormResult
 from service.requests._positions import PositionalEncodingRequest, PositionalOutput
 from service.requests._sample import SampleRequest
 from service.requests._softmax import SoftmaxOutput, SoftmaxRequest
@@ -32,7 +35,12 @@ __all__ = [
     "ArraySpec",
     "AttentionOutput",
     "AttentionRequest",
+    "BlockOutput",
     "Bound",
+    "FeedForwardOutput",
+    "FeedForwardRequest",
+    "LayerNormRequest",
+    "LayerNormResult",
     "LikelihoodRequest",
     "MultiHeadOutput",
     "MultiHeadRequest",
@@ -44,5 +52,6 @@ __all__ = [
     "SampleRequest",
     "SoftmaxOutput",
     "SoftmaxRequest",
+    "TransformerBlockRequest",
     "Work",
 ]
