@@ -5,6 +5,7 @@ argument checked before sending (an InvalidInput naming it)."""
 from __future__ import annotations
 
 import inspect
+import json
 import re
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import httpx
 import pytest
 import yaml
 from attention_client import ApiError, AsyncClient, Client, InvalidInput
+from attention_client._client import prepare
 
 from tests.conftest import CONTRACT_PATH
 
@@ -202,3 +204,45 @@ def test_a_base_url_with_a_protocol_prefix_is_refused_with_a_hint(suffix: str) -
     assert refused.value.argument == "base_url"
     with pytest.raises(InvalidInput, match="must be the server root"):
         AsyncClient("http://127.0.0.1:8000" + suffix)
+
+
+def _generated_with(spec: dict[str, Any]) -> dict[str, Any]:
+    """The module the generator writes for ``spec``, run."""
+    sys.path.insert(0, str(GENERATOR.parent))
+    try:
+        import _generate  # type: ignore[import-not-found]  # as make clients runs it: a file
+    finally:
+        sys.path.remove(str(GENERATOR.parent))
+    namespace: dict[str, Any] = {}
+    exec(compile(_generate.render(spec), "_models.py", "exec"), namespace)  # our own output, as it is run
+    return namespace
+
+
+def test_options_flattened_on_v2_travel_there_and_the_rest_go_to_v1() -> None:
+    # The convention for nested options on /v2: an object's members as {name}_{member}, a fixed-length
+    # list's items as the parameters named {name}_…, in order. A /v2 model that takes window and some of
+    # rotary's members gets those calls; a rotary member it does not take sends the call to /v1.
+    spec = _spec()
+    parameters = spec["components"]["schemas"]["AttentionParameters"]["properties"]
+    parameters["window_left"] = parameters["window_right"] = {"type": ["integer", "null"], "minimum": 0}
+    parameters["rotary_base"] = {"type": ["number", "null"], "exclusiveMinimum": 0}
+    parameters["rotary_style"] = {"type": ["string", "null"]}
+    attention = _generated_with(spec)["ATTENTION"]
+    arguments = {"query": QUERY, "key": KEY, "value": VALUE, "include": ["weights"]}
+
+    flat = prepare(attention, {**arguments, "window": (3, None), "rotary": {"base": 100.0, "style": "half"}})
+    assert flat.route == "v2"
+    assert flat.call.path == "/v2/models/attention/infer"
+    header = json.loads(flat.call.body[: int(flat.call.headers["Inference-Header-Content-Length"])])
+    assert header["parameters"] == {
+        "window_left": 3,
+        "rotary_base": 100.0,
+        "rotary_style": "half",
+        "binary_data_output": True,
+    }
+    assert [output["name"] for output in header["outputs"]] == ["output", "scale", "empty_rows", "weights"]
+
+    partly = prepare(attention, {**arguments, "rotary": {"base": 100.0, "dim": 2}})
+    assert partly.route == "v1"
+    assert partly.call.path == "/v1/attention"
+    assert json.loads(partly.call.body)["rotary"] == {"base": 100.0, "dim": 2}

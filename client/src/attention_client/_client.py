@@ -75,9 +75,21 @@ def prepare(spec: ModelSpec[Any], arguments: Mapping[str, Any]) -> Prepared:
     include = None
     if spec.include is not None and arguments.get("include") is not None:
         include = check_include(spec.operation_id, spec.include, arguments["include"])
-    if spec.v2_model is not None and all(option.v2 for option, _ in options.values()):
+    on_v2 = {tensor.name for tensor in spec.tensors if tensor.v2}
+    if (
+        spec.v2_model is not None
+        and all(name in on_v2 for name, _, _ in tensors)
+        and all(_takes(option, value) for option, value in options.values())
+    ):
         return Prepared("v2", _v2_call(spec, spec.v2_model, tensors, options, include), None)
     return _v1_call(spec, tensors, options, include)
+
+
+def _takes(option: Option, value: Any) -> bool:
+    """Whether the /v2 model takes ``value`` of ``option`` (an object: each member set)."""
+    if option.flatten == "object":
+        return all(f"{option.name}_{member}" in option.v2 for member in value)
+    return bool(option.v2)
 
 
 def _v2_call(
@@ -90,10 +102,8 @@ def _v2_call(
     parameters: dict[str, Any] = {}
     for option, value in options.values():
         if option.flatten == "object":  # rotary={"base": …} as rotary_base, …
-            for parameter in option.v2:
-                member = value.get(parameter.removeprefix(f"{option.name}_"))
-                if member is not None:
-                    parameters[parameter] = member
+            for member, item in value.items():
+                parameters[f"{option.name}_{member}"] = item  # (null members were dropped by the check)
         elif option.flatten == "items":  # window=[left, right] as its parameters, in order
             for parameter, item in zip(option.v2, value, strict=True):
                 if item is not None:

@@ -271,12 +271,15 @@ class Writer:
 
     def python_type(self, model: str, name: str, node: dict[str, Any]) -> str:
         """The annotation of an option (without None, which the caller adds when it is nullable)."""
+        described = node.get("description")
         node = self.contract.without_null(node)[0]
         if "$ref" in node:
             target = self.contract.ref(node)
             if target.get("type") == "object":
                 type_name = self.contract.ref_name(node)
-                self.typed_dicts[type_name] = target
+                if type_name not in self.typed_dicts or described:
+                    # Its docstring: the component's description, else that of a field holding it.
+                    self.typed_dicts[type_name] = {"description": described, **target}
                 return type_name
             node = target
         if "anyOf" in node:
@@ -346,13 +349,6 @@ class Writer:
             if nullable and argument["default"] not in (None, "None") and argument["role"] == "option":
                 pass  # None is still accepted at run time (absent), as the service reads null
             arguments.append(argument)
-        if model.v2 is not None:
-            tensors = {a["name"] for a in arguments if a["role"] == "tensor"}
-            if tensors != set(model.v2["inputs"]):
-                raise SystemExit(
-                    f"{model.path}: the array fields {sorted(tensors)} are not the /v2 inputs "
-                    f"{sorted(model.v2['inputs'])}"
-                )
         return arguments
 
     def v2_route(self, model: Model, argument: dict[str, Any]) -> tuple[tuple[str, ...], str]:
@@ -364,9 +360,9 @@ class Writer:
         if name in parameters:
             return (name,), "none"
         schema, _ = self.contract.without_null(self.contract.inline(argument["schema"]))
-        members = list(schema.get("properties", {}))
-        if members and all(f"{name}_{m}" in parameters for m in members):
-            return tuple(f"{name}_{m}" for m in members), "object"
+        taken = tuple(f"{name}_{m}" for m in schema.get("properties", {}) if f"{name}_{m}" in parameters)
+        if taken:  # the members /v2 takes; a call setting another goes to /v1
+            return taken, "object"
         flat = [p for p in parameters if p.startswith(f"{name}_")]
         fixed_length = schema.get("maxItems") == len(flat) == schema.get("minItems")
         if schema.get("type") == "array" and flat and fixed_length:
@@ -445,7 +441,7 @@ def render(spec: dict[str, Any]) -> str:
     # TypedDicts of the objects (collected while typing the arguments).
     for name, schema in sorted(writer.typed_dicts.items()):
         out += ["", f"class {name}(TypedDict, total=False):"]
-        out += [f'    """{_escape(schema.get("description", f"The members of {name}."))}"""', ""]
+        out += [*_quoted(schema.get("description") or f"The members of {name}.", 4), ""]
         for member, node in schema.get("properties", {}).items():
             annotation = writer.python_type(name, member, node)
             if contract.without_null(node)[1]:
@@ -477,7 +473,9 @@ def render(spec: dict[str, Any]) -> str:
         for a in arguments:
             if a["role"] == "tensor":
                 low, high = a["ranks"]
+                on_v2 = model.v2 is not None and a["name"] in model.v2["inputs"]
                 described = f"{a['name']!r}, {a['kind']!r}, {low}, {high}, required={a['required']}"
+                described += "" if on_v2 else ", v2=False"
                 out.append(f"        Tensor({described}),")
         out.append("    ),")
         out.append("    options=(")
@@ -542,9 +540,15 @@ def render(spec: dict[str, Any]) -> str:
 
 
 def _quoted(description: str, indent: int) -> list[str]:
-    lines = _doc(_escape(description), indent)
-    lines[0] = " " * indent + '"""' + lines[0].lstrip()
-    lines[-1] = lines[-1] + '"""'
+    """A docstring of one paragraph, its quotes counted in the width."""
+    lines = textwrap.wrap(
+        " ".join(_escape(description).split()) + '"""',
+        width=_WIDTH,
+        initial_indent=" " * indent + '"""',
+        subsequent_indent=" " * indent,
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
     return lines
 
 
@@ -563,7 +567,7 @@ def _method(model: Model, arguments: list[dict[str, Any]], *, sync: bool, writer
     doc = [model.summary]
     if model.description:
         doc.append(model.description)
-    unrouted = [a["name"] for a in arguments if a["role"] == "option" and not writer.v2_route(model, a)[0]]
+    unrouted = _unrouted(model, arguments, writer)
     if model.v2 is None:
         doc.append(f"Sent to POST {model.path} as JSON (there is no /v2 model {model.path[4:]} yet).")
     elif unrouted:
@@ -599,6 +603,25 @@ def _method(model: Model, arguments: list[dict[str, Any]], *, sync: bool, writer
     lines.append("        )")
     lines.append("        return result")
     return lines
+
+
+def _unrouted(model: Model, arguments: list[dict[str, Any]], writer: Writer) -> list[str]:
+    """The arguments (or members of one) that the /v2 model does not take."""
+    if model.v2 is None:
+        return []
+    missing = [a["name"] for a in arguments if a["role"] == "tensor" and a["name"] not in model.v2["inputs"]]
+    for a in arguments:
+        if a["role"] != "option":
+            continue
+        parameters, flatten = writer.v2_route(model, a)
+        if not parameters:
+            missing.append(a["name"])
+        elif flatten == "object":
+            schema = writer.contract.without_null(a["schema"])[0]
+            missing += [
+                f"{a['name']}.{m}" for m in schema["properties"] if f"{a['name']}_{m}" not in parameters
+            ]
+    return missing
 
 
 def _safe(name: str) -> str:

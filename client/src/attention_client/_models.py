@@ -31,7 +31,8 @@ ATTENTION_INCLUDE: tuple[AttentionInclude, ...] = ("weights",)
 
 
 class Rotary(TypedDict, total=False):
-    """The members of Rotary."""
+    """Rotary position embedding of the query and key rows before the scores (the scores and weights returned
+    are the rotated ones)."""
 
     base: float | None
     """Frequencies base^(-2i/dim); default 10000."""
@@ -293,20 +294,20 @@ MULTI_HEAD_ATTENTION = ModelSpec(
     v1_path="/v1/multi-head-attention",
     v2_model=None,
     tensors=(
-        Tensor("query", "number", 2, 4, required=True),
-        Tensor("key", "number", 2, 4, required=False),
-        Tensor("value", "number", 2, 4, required=False),
-        Tensor("w_q", "number", 2, 2, required=True),
-        Tensor("w_k", "number", 2, 2, required=True),
-        Tensor("w_v", "number", 2, 2, required=True),
-        Tensor("w_o", "number", 2, 2, required=True),
-        Tensor("b_q", "number", 1, 1, required=False),
-        Tensor("b_k", "number", 1, 1, required=False),
-        Tensor("b_v", "number", 1, 1, required=False),
-        Tensor("b_o", "number", 1, 1, required=False),
-        Tensor("mask", "boolean", 1, 4, required=False),
-        Tensor("bias", "number", 1, 4, required=False),
-        Tensor("alibi_slopes", "number", 0, 4, required=False),
+        Tensor("query", "number", 2, 4, required=True, v2=False),
+        Tensor("key", "number", 2, 4, required=False, v2=False),
+        Tensor("value", "number", 2, 4, required=False, v2=False),
+        Tensor("w_q", "number", 2, 2, required=True, v2=False),
+        Tensor("w_k", "number", 2, 2, required=True, v2=False),
+        Tensor("w_v", "number", 2, 2, required=True, v2=False),
+        Tensor("w_o", "number", 2, 2, required=True, v2=False),
+        Tensor("b_q", "number", 1, 1, required=False, v2=False),
+        Tensor("b_k", "number", 1, 1, required=False, v2=False),
+        Tensor("b_v", "number", 1, 1, required=False, v2=False),
+        Tensor("b_o", "number", 1, 1, required=False, v2=False),
+        Tensor("mask", "boolean", 1, 4, required=False, v2=False),
+        Tensor("bias", "number", 1, 4, required=False, v2=False),
+        Tensor("alibi_slopes", "number", 0, 4, required=False, v2=False),
     ),
     options=(
         Option("causal", {"type": ["boolean", "null"]}, v2=(), flatten="none"),
@@ -391,8 +392,8 @@ POSITIONAL_ENCODING = ModelSpec(
     v1_path="/v1/positional-encoding",
     v2_model=None,
     tensors=(
-        Tensor("positions", "integer", 1, 1, required=False),
-        Tensor("x", "number", 2, 4, required=False),
+        Tensor("positions", "integer", 1, 1, required=False, v2=False),
+        Tensor("x", "number", 2, 4, required=False, v2=False),
     ),
     options=(
         Option("kind", {"type": "string", "enum": ["sinusoidal", "rotary"]}, v2=(), flatten="none"),

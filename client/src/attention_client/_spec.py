@@ -18,13 +18,15 @@ OutputKind = Literal["number", "integer", "boolean", "any"]
 
 @dataclass(frozen=True)
 class Tensor:
-    """An array argument: its element kind and the ranks the contract allows."""
+    """An array argument: its element kind, the ranks the contract allows, and whether it is an input tensor
+    of the /v2 model (else a call that sets it goes to /v1)."""
 
     name: str
     kind: Kind
     min_rank: int
     max_rank: int
     required: bool
+    v2: bool = True
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,9 @@ class Option:
     """A scalar, list or object argument, checked against ``schema`` (the contract's, references inlined).
 
     ``v2`` is how the option travels on /v2: one request parameter of the same name (``(name,)``), several
-    flattened ones (an object's members or a fixed-length list's items, in order), or none (``()``: the
-    /v2 model does not take it yet, and a call that sets it goes to /v1).
+    flattened ones (an object's members as ``{name}_{member}``, those the /v2 model takes; a fixed-length
+    list's items, in order), or none (``()``: the /v2 model does not take it yet). A call that sets what /v2
+    does not take goes to /v1.
     """
 
     name: str
