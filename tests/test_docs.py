@@ -9,6 +9,7 @@ gunicorn.conf.py.
 
 from __future__ import annotations
 
+import doctest
 import json
 import os
 import re
@@ -17,8 +18,10 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import service.kernels
 from service import create_app
 from service.settings import Settings
 
@@ -168,6 +171,19 @@ def test_the_curl_examples_in_docs_layers_are_the_services_answers() -> None:
     client = create_app({"TESTING": True}).test_client()
     for path, body, answer in examples:
         assert client.post(path, json=json.loads(body)).get_json() == json.loads(answer), path
+
+
+def test_the_python_examples_in_docs_layers_are_the_kernels_answers() -> None:
+    # Each ```python block with ">>>" prompts is run as a doctest, with NumPy and the kernels' public names.
+    text = (ROOT / "docs" / "layers.md").read_text(encoding="utf-8")
+    blocks = [block for block in re.findall(r"```python\n(.*?)```", text, flags=re.S) if ">>>" in block]
+    assert len(blocks) == 1
+    names = {name: getattr(service.kernels, name) for name in service.kernels.__all__}
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    for index, block in enumerate(blocks):
+        test = doctest.DocTestParser().get_doctest(block, {"np": np, **names}, f"layers.md[{index}]", None, 0)
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
 
 
 def test_docs_widgets_lists_every_widget_and_every_client_function() -> None:
