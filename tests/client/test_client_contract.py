@@ -17,6 +17,7 @@ from typing import Any
 
 import attention_client
 import httpx
+import numpy as np
 import pytest
 import yaml
 from attention_client import ApiError, AsyncClient, Client, InvalidInput
@@ -246,3 +247,59 @@ def test_options_flattened_on_v2_travel_there_and_the_rest_go_to_v1() -> None:
     assert partly.route == "v1"
     assert partly.call.path == "/v1/attention"
     assert json.loads(partly.call.body)["rotary"] == {"base": 100.0, "dim": 2}
+
+
+def test_the_generator_takes_nested_shapes_a_new_model_may_bring() -> None:
+    # A model of layers (a list of objects with arrays and closed sets inside, an inline object) gets its
+    # method too: such fields are options, checked against their schema and sent to /v1 as JSON.
+    spec = _spec()
+    layer = {
+        "type": "object",
+        "properties": {
+            "norm": {"type": "string", "enum": ["layer", "rms"]},
+            "weight": {"$ref": "#/components/schemas/NumberArrayRank2"},
+        },
+        "required": ["norm"],
+        "additionalProperties": False,
+    }
+    spec["components"]["schemas"]["StackRequest"] = {
+        "type": "object",
+        "properties": {
+            "x": {"$ref": "#/components/schemas/NumberArrayRank2To4", "description": "The rows."},
+            "layers": {"type": "array", "items": layer, "minItems": 1},
+            "settings": {"type": ["object", "null"], "properties": {"eps": {"type": "number"}}},
+            "activation": {"anyOf": [{"type": "string", "enum": ["gelu", "relu"]}, {"type": "null"}]},
+        },
+        "required": ["x", "layers"],
+        "additionalProperties": False,
+    }
+    spec["components"]["schemas"]["StackResponse"] = {
+        "type": "object",
+        "properties": {"output": {"$ref": "#/components/schemas/NumberArrayRank2To4"}},
+        "required": ["output"],
+    }
+    spec["paths"]["/v1/stack"] = {
+        "post": {
+            "operationId": "stack",
+            "summary": "Layers, one after another.",
+            "requestBody": {
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StackRequest"}}}
+            },
+            "responses": {
+                "200": {
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/StackResponse"}}
+                    }
+                }
+            },
+        }
+    }
+    generated = _generated_with(spec)
+    method = generated["SyncModels"].stack
+    assert list(inspect.signature(method).parameters) == ["self", "x", "layers", "settings", "activation"]
+    stack = generated["STACK"]
+    prepared = prepare(stack, {"x": [[1.0]], "layers": [{"norm": "rms", "weight": np.eye(1)}]})
+    assert prepared.route == "v1"
+    assert json.loads(prepared.call.body) == {"x": [[1.0]], "layers": [{"norm": "rms", "weight": [[1.0]]}]}
+    with pytest.raises(InvalidInput, match=r"layers\[0\]\.norm must be one of 'layer', 'rms'"):
+        prepare(stack, {"x": [[1.0]], "layers": [{"norm": "batch"}]})

@@ -266,8 +266,10 @@ class Writer:
         key = (model, name, tuple(values))
         if key in self.literals.by_key:
             return self.literals.by_key[key]
-        # A member of an object (Rotary.style), found under the model that holds the object.
-        return next(a for (_, n, v), a in self.literals.by_key.items() if (n, v) == key[1:])
+        # A member of an object (Rotary.style), found under the model that holds the object; deeper down
+        # (a list of objects), the Literal itself.
+        found = [a for (_, n, v), a in self.literals.by_key.items() if (n, v) == key[1:]]
+        return found[0] if found else _literal(tuple(values))
 
     def python_type(self, model: str, name: str, node: dict[str, Any]) -> str:
         """The annotation of an option (without None, which the caller adds when it is nullable)."""
