@@ -10,10 +10,10 @@ no bias). A constant row is no error for ``layer``: its centred values are exact
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, cast
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from service.kernels._common import (
     DTypeArg,
@@ -86,8 +86,10 @@ def layer_norm(
     """``x [..., d]`` normalized over its last axis as ``options`` says (see the module docstring) →
     ``[..., d]``.
 
-    A row whose statistics overflow (a variance or mean square beyond the dtype's range, e.g. entries near
-    1e155 in float64 or 1e19 in float32) raises :class:`NumericalOverflowError` naming ``x``; a result that
+    The statistics and the normalized rows are computed in float64 whatever ``dtype`` (as PyTorch
+    accumulates half precision in float), then cast: in float32, squares of 1e20 and an ``eps`` of 1e-300
+    would leave the range (``0 · inf`` for a constant row). A row whose variance or mean square leaves
+    float64's range (entries near 1e155) raises :class:`NumericalOverflowError` naming ``x``; a result that
     overflows only through ``weight`` or ``bias`` names that field.
     """
     float_dtype = resolve_float_dtype(dtype)
@@ -97,36 +99,40 @@ def layer_norm(
     norm_shape(array.shape, options)
     if not all_finite(array):  # an entry beyond float32's range became inf in the cast
         raise overflow_error("x", float_dtype, field="x")
+    wide = array.astype(np.float64, copy=False)
     if options.kind == "layer":
-        normalized = standardized(array, options.eps, float_dtype)
+        normalized = standardized(wide, options.eps)
     else:
-        normalized = root_mean_square_scaled(array, options.eps, float_dtype)
-    return scaled_and_shifted(normalized, weight, bias, float_dtype)
+        normalized = root_mean_square_scaled(wide, options.eps)
+    # cast: the stubs lose the float32-or-float64 union through astype; the dtype is float_dtype.
+    narrowed = cast("FloatArray", normalized.astype(float_dtype, copy=False))
+    return scaled_and_shifted(narrowed, weight, bias, float_dtype)
 
 
-def standardized(x: FloatArray, eps: float, dtype: FloatDType) -> FloatArray:
-    """``(x − mean) / sqrt(var + eps)`` over the last axis, with the population variance (a new array).
+def standardized(x: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
+    """``(x − mean) / sqrt(var + eps)`` over the last axis of ``x [..., d]``, with the population variance
+    (a new array).
 
     The rows are first shifted by their first entry (which changes neither the centred values nor the
     variance): a constant row then centres to exact zeros, whatever rounding its mean would have had.
     """
     with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
-        centred: FloatArray = x - x[..., :1]
+        centred = x - x[..., :1]
         centred -= centred.mean(axis=-1, keepdims=True)
         variance = np.square(centred).mean(axis=-1, keepdims=True)
     if not all_finite(variance):
-        raise overflow_error("the variance of a row of x", dtype, field="x")
-    centred *= 1.0 / np.sqrt(variance + dtype.type(eps))
+        raise overflow_error("the variance of a row of x", np.dtype(np.float64), field="x")
+    centred *= 1.0 / np.sqrt(variance + eps)
     return centred
 
 
-def root_mean_square_scaled(x: FloatArray, eps: float, dtype: FloatDType) -> FloatArray:
-    """``x / sqrt(mean(x²) + eps)`` over the last axis (a new array)."""
+def root_mean_square_scaled(x: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
+    """``x / sqrt(mean(x²) + eps)`` over the last axis of ``x [..., d]`` (a new array)."""
     with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
         mean_square = np.square(x).mean(axis=-1, keepdims=True)
     if not all_finite(mean_square):
-        raise overflow_error("the mean square of a row of x", dtype, field="x")
-    scaled: FloatArray = x * (1.0 / np.sqrt(mean_square + dtype.type(eps)))
+        raise overflow_error("the mean square of a row of x", np.dtype(np.float64), field="x")
+    scaled: NDArray[np.float64] = x * (1.0 / np.sqrt(mean_square + eps))
     return scaled
 
 

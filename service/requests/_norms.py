@@ -75,15 +75,18 @@ class LayerNormRequest:
         set_(self, "options", options)
 
     def work(self) -> Work:
-        """The output and one temporary the size of ``x`` (the squares) are held; every entry and row is
-        counted by :func:`norm_work`."""
+        """Held: up to three arrays the size of ``x`` (its float64 copy under float32, the centred rows and
+        their squares). Computed: every entry and row, by :func:`norm_work`."""
         entries = int(self.x.size)
+        held = 3 * entries
         computed = norm_work(entries, entries // self.x.shape[-1])
         return Work(
-            elements=2 * entries,
+            elements=held,
             bounds=(
                 Bound(
-                    2 * entries, "a normalization's arrays (the output and its squares, each the size of x)"
+                    held,
+                    "a normalization's arrays (three the size of x: the centred rows, their squares, "
+                    "and a float64 copy under float32)",
                 ),
                 Bound(
                     computed,

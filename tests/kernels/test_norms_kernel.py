@@ -63,7 +63,6 @@ def test_rms_norm_of_a_constant_row_is_its_sign_times_the_weight_almost() -> Non
         ([[1e200, -1e200, 0.0]], "layer", np.float64),  # the variance is 1e400
         ([[1.7e308, -1.7e308]], "layer", np.float64),  # the shift by the first entry already overflows
         ([[1e200, 1.0]], "rms", np.float64),
-        ([[1e20, 1.0]], "layer", np.float32),  # 1e40 is beyond float32
         ([[1e39, 1.0]], "rms", np.float32),  # beyond float32 when cast
     ],
 )
@@ -71,6 +70,19 @@ def test_rows_whose_statistics_overflow_name_x(x: Any, kind: str, dtype: Any) ->
     with pytest.raises(NumericalOverflowError) as error:
         layer_norm(x, NormOptions(kind=kind), dtype=dtype)  # type: ignore[arg-type]
     assert error.value.field == "x"
+
+
+@pytest.mark.parametrize("kind", ["layer", "rms"])
+def test_float32_statistics_are_computed_in_float64(kind: str) -> None:
+    # Squares of 1e20 are beyond float32, and an eps of 1e-300 is 0 there: a constant row would be 0 · inf.
+    # The statistics are float64 whatever the precision, so both are answered (and cast to float32).
+    large = layer_norm([[1e20, -1e20]], NormOptions(kind=kind), dtype=np.float32)  # type: ignore[arg-type]
+    np.testing.assert_allclose(large, [[1.0, -1.0]], rtol=1e-6)
+    constant = layer_norm([[3.0, 3.0]], NormOptions(kind=kind, eps=1e-300), dtype=np.float32)  # type: ignore[arg-type]
+    assert constant.dtype == np.float32
+    assert constant.tolist() == ([[0.0, 0.0]] if kind == "layer" else [[1.0, 1.0]])
+    tiny = layer_norm([[1e-30, -1e-30]], NormOptions(kind=kind, eps=1e-300), dtype=np.float32)  # type: ignore[arg-type]
+    np.testing.assert_allclose(tiny, [[1.0, -1.0]], rtol=1e-6)
 
 
 def test_large_rows_within_range_are_normalized() -> None:
