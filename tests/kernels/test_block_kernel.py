@@ -256,3 +256,41 @@ def test_a_residual_sum_beyond_the_float_range_names_x() -> None:
         transformer_block([[1.7e308] * 4], build(small_layers(attention=identity), norm_position="post"))
     assert error.value.field == "x"
     assert "residual" in error.value.message
+
+
+def test_float32_blocks_are_computed_in_float32() -> None:
+    rng = np.random.default_rng(9)
+    case = {
+        "x": rng.normal(size=(3, 4)),
+        "attention": {
+            "weights": {name: rng.normal(size=(4, 4)) for name in ("w_q", "w_k", "w_v", "w_o")},
+            "biases": {},
+            "num_heads": 2,
+            "num_kv_heads": 2,
+        },
+        "feed_forward": {
+            "weights": {
+                "w_1": rng.normal(size=(4, 6)),
+                "w_2": rng.normal(size=(6, 4)),
+                "w_3": rng.normal(size=(4, 6)),
+            },
+            "activation": "swiglu",
+        },
+        "norms": [{"kind": "rms", "weight": rng.normal(size=4)}, {"kind": "layer"}],
+        "norm_position": "pre",
+        "causal": True,
+        "window": None,
+        "slopes": None,
+        "rope": None,
+    }
+    result = transformer_block(case["x"], layers_of(case), options_of(case), dtype=np.float32)
+    assert result.output.dtype == np.float32
+    expected, _, _ = reference_block(
+        case["x"],
+        case["attention"],
+        case["feed_forward"],
+        (case["norms"][0], case["norms"][1]),
+        norm_position="pre",
+        causal=True,
+    )
+    np.testing.assert_allclose(result.output, expected, rtol=1e-4, atol=1e-4)
