@@ -220,14 +220,15 @@ def _generated_with(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_options_flattened_on_v2_travel_there_and_the_rest_go_to_v1() -> None:
-    # The convention for nested options on /v2: an object's members as {name}_{member}, a fixed-length
-    # list's items as the parameters named {name}_…, in order. A /v2 model that takes window and some of
-    # rotary's members gets those calls; a rotary member it does not take sends the call to /v1.
+    # A /v2 model that takes window (a list parameter) and two of rotary's members flattened (rotary.base,
+    # rotary.style) gets the calls that set only those; a rotary member it does not take sends it to /v1.
     spec = _spec()
     parameters = spec["components"]["schemas"]["AttentionParameters"]["properties"]
-    parameters["window_left"] = parameters["window_right"] = {"type": ["integer", "null"], "minimum": 0}
-    parameters["rotary_base"] = {"type": ["number", "null"], "exclusiveMinimum": 0}
-    parameters["rotary_style"] = {"type": ["string", "null"]}
+    for name in [name for name in parameters if name.startswith(("window", "rotary"))]:
+        del parameters[name]  # whatever /v2 takes today: the test states its own
+    parameters["window"] = spec["components"]["schemas"]["AttentionRequest"]["properties"]["window"]
+    parameters["rotary.base"] = {"type": ["number", "null"], "exclusiveMinimum": 0}
+    parameters["rotary.style"] = {"type": ["string", "null"]}
     attention = _generated_with(spec)["ATTENTION"]
     arguments = {"query": QUERY, "key": KEY, "value": VALUE, "include": ["weights"]}
 
@@ -236,12 +237,15 @@ def test_options_flattened_on_v2_travel_there_and_the_rest_go_to_v1() -> None:
     assert flat.call.path == "/v2/models/attention/infer"
     header = json.loads(flat.call.body[: int(flat.call.headers["Inference-Header-Content-Length"])])
     assert header["parameters"] == {
-        "window_left": 3,
-        "rotary_base": 100.0,
-        "rotary_style": "half",
+        "window": [3, None],
+        "rotary.base": 100.0,
+        "rotary.style": "half",
         "binary_data_output": True,
     }
-    assert [output["name"] for output in header["outputs"]] == ["output", "scale", "empty_rows", "weights"]
+    assert "outputs" not in header  # the default include: /v2's default outputs
+    scores = prepare(attention, {**arguments, "include": ["scores"]})
+    header = json.loads(scores.call.body[: int(scores.call.headers["Inference-Header-Content-Length"])])
+    assert [output["name"] for output in header["outputs"]] == ["output", "scale", "empty_rows", "scores"]
 
     partly = prepare(attention, {**arguments, "rotary": {"base": 100.0, "dim": 2}})
     assert partly.route == "v1"

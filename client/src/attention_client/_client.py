@@ -76,19 +76,26 @@ def prepare(spec: ModelSpec[Any], arguments: Mapping[str, Any]) -> Prepared:
     if spec.include is not None and arguments.get("include") is not None:
         include = check_include(spec.operation_id, spec.include, arguments["include"])
     on_v2 = {tensor.name for tensor in spec.tensors if tensor.v2}
+    outputs = {output.name for output in spec.outputs}
     if (
         spec.v2_model is not None
         and all(name in on_v2 for name, _, _ in tensors)
         and all(_takes(option, value) for option, value in options.values())
+        and (include is None or set(include) <= outputs or set(include) == set(spec.include_default))
     ):
         return Prepared("v2", _v2_call(spec, spec.v2_model, tensors, options, include), None)
     return _v1_call(spec, tensors, options, include)
 
 
+def _members(option: Option) -> dict[str, str]:
+    """An object option's members that /v2 takes, each with its parameter (rotary.base or rotary_base)."""
+    return {parameter[len(option.name) + 1 :]: parameter for parameter in option.v2}
+
+
 def _takes(option: Option, value: Any) -> bool:
     """Whether the /v2 model takes ``value`` of ``option`` (an object: each member set)."""
     if option.flatten == "object":
-        return all(f"{option.name}_{member}" in option.v2 for member in value)
+        return set(value) <= set(_members(option))
     return bool(option.v2)
 
 
@@ -101,18 +108,16 @@ def _v2_call(
 ) -> Call:
     parameters: dict[str, Any] = {}
     for option, value in options.values():
-        if option.flatten == "object":  # rotary={"base": …} as rotary_base, …
+        if option.flatten == "object":  # rotary={"base": …} as rotary.base, …
+            members = _members(option)
             for member, item in value.items():
-                parameters[f"{option.name}_{member}"] = item  # (null members were dropped by the check)
-        elif option.flatten == "items":  # window=[left, right] as its parameters, in order
-            for parameter, item in zip(option.v2, value, strict=True):
-                if item is not None:
-                    parameters[parameter] = item
+                parameters[members[member]] = item  # (null members were dropped by the check)
         else:
             parameters[option.v2[0]] = value
     outputs = None
-    if include is not None and spec.include is not None:
-        # The outputs always answered, then those asked for: /v2 answers what the request lists.
+    if include is not None and spec.include is not None and set(include) != set(spec.include_default):
+        # The outputs always answered, then those asked for: /v2 answers what the request lists (and its
+        # default outputs when it lists none, as /v1 answers its default include).
         outputs = [o.name for o in spec.outputs if o.name not in spec.include] + include
     return infer_call(model, tensors, parameters, outputs)
 

@@ -12,9 +12,9 @@ types, objects ``TypedDict``s, defaults are the contract's, docstrings its descr
 model holds the outputs (the /v2 model's, or the /v1 response's while there is no /v2 model).
 
 How a call travels is derived too: to ``/v2/models/{model}/infer`` as binary tensors when the /v2 model
-takes every option the call sets (an option of the same name, or flattened: an object ``rotary`` as
-``rotary_base``, ``rotary_style``…, a fixed-length list ``window`` as the parameters named ``window_…`` in
-order), else to ``/v1`` as JSON. A dev tool: it needs PyYAML (in the dev lock) and ruff to format its output.
+takes every option the call sets (an option of the same name, or an object's members flattened: ``rotary``
+as ``rotary.base``, ``rotary.style``… or ``rotary_base``…), else to ``/v1`` as JSON. A dev tool: it needs
+PyYAML (in the dev lock) and ruff to format its output.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ is stale.
 # An option whose absence the service decides from the call itself: precision follows the float inputs on
 # /v2 (float32 throughout answers float32), so the client's default is None, not the contract's float64.
 DECIDED_BY_THE_SERVICE = frozenset({"precision"})
+# How /v2 may name an object option's members as parameters: rotary.base, or rotary_base.
+FLATTENED = (".", "_")
 # A /v1 null that stands for minus infinity (a hidden score), not for "no number" (NaN).
 MINUS_INFINITY = re.compile(r"minus infinity|(masked|hidden) entries are null")
 _WIDTH = 110
@@ -362,14 +364,15 @@ class Writer:
         if name in parameters:
             return (name,), "none"
         schema, _ = self.contract.without_null(self.contract.inline(argument["schema"]))
-        taken = tuple(f"{name}_{m}" for m in schema.get("properties", {}) if f"{name}_{m}" in parameters)
-        if taken:  # the members /v2 takes; a call setting another goes to /v1
-            return taken, "object"
-        flat = [p for p in parameters if p.startswith(f"{name}_")]
-        fixed_length = schema.get("maxItems") == len(flat) == schema.get("minItems")
-        if schema.get("type") == "array" and flat and fixed_length:
-            return tuple(flat), "items"
-        return (), "none"
+        # An object's members flattened: rotary.base (or rotary_base), those the /v2 model takes; a call
+        # setting another goes to /v1.
+        taken = tuple(
+            f"{name}{separator}{member}"
+            for member in schema.get("properties", {})
+            for separator in FLATTENED
+            if f"{name}{separator}{member}" in parameters
+        )
+        return (taken, "object") if taken else ((), "none")
 
     def outputs(self, model: Model) -> list[dict[str, Any]]:
         properties: dict[str, Any] = model.response.get("properties", {})
@@ -492,6 +495,7 @@ def render(spec: dict[str, Any]) -> str:
             node = model.request["properties"]["include"]
             allowed = contract.without_null(node)[0]["items"]["enum"]
             out.append(f"    include={tuple(allowed)!r},")
+            out.append(f"    include_default={tuple(node.get('default') or ())!r},")
         else:
             out.append("    include=None,")
         out.append("    outputs=(")
@@ -620,9 +624,8 @@ def _unrouted(model: Model, arguments: list[dict[str, Any]], writer: Writer) -> 
             missing.append(a["name"])
         elif flatten == "object":
             schema = writer.contract.without_null(a["schema"])[0]
-            missing += [
-                f"{a['name']}.{m}" for m in schema["properties"] if f"{a['name']}_{m}" not in parameters
-            ]
+            taken = {parameter[len(a["name"]) + 1 :] for parameter in parameters}
+            missing += [f"{a['name']}.{m}" for m in schema["properties"] if m not in taken]
     return missing
 
 

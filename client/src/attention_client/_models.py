@@ -231,6 +231,7 @@ ATTENTION = ModelSpec(
         Option("enable_gqa", {"type": ["boolean", "null"]}, v2=("enable_gqa",), flatten="none"),
     ),
     include=("weights", "scores", "logsumexp"),
+    include_default=("weights",),
     outputs=(
         Output("output", "number", required=True),
         Output("weights", "number"),
@@ -372,6 +373,7 @@ MULTI_HEAD_ATTENTION = ModelSpec(
         Option("num_kv_heads", {"type": ["integer", "null"], "minimum": 1}, v2=(), flatten="none"),
     ),
     include=("weights", "scores", "heads", "q", "k", "v"),
+    include_default=(),
     outputs=(
         Output("output", "number", required=True),
         Output("weights", "number"),
@@ -415,6 +417,7 @@ POSITIONAL_ENCODING = ModelSpec(
         ),
     ),
     include=("tables",),
+    include_default=(),
     outputs=(
         Output("encoding", "number"),
         Output("output", "number"),
@@ -506,6 +509,7 @@ SOFTMAX = ModelSpec(
         ),
     ),
     include=("log_probabilities",),
+    include_default=(),
     outputs=(
         Output("probabilities", "number", required=True),
         Output("log_probabilities", "number"),

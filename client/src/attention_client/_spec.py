@@ -33,16 +33,15 @@ class Tensor:
 class Option:
     """A scalar, list or object argument, checked against ``schema`` (the contract's, references inlined).
 
-    ``v2`` is how the option travels on /v2: one request parameter of the same name (``(name,)``), several
-    flattened ones (an object's members as ``{name}_{member}``, those the /v2 model takes; a fixed-length
-    list's items, in order), or none (``()``: the /v2 model does not take it yet). A call that sets what /v2
-    does not take goes to /v1.
+    ``v2`` is how the option travels on /v2: one request parameter of the same name (``(name,)``), an
+    object's members flattened (``rotary.base`` or ``rotary_base``: those the /v2 model takes), or none
+    (``()``: the /v2 model does not take it yet). A call that sets what /v2 does not take goes to /v1.
     """
 
     name: str
     schema: dict[str, Any]
     v2: tuple[str, ...]
-    flatten: Literal["none", "object", "items"] = "none"
+    flatten: Literal["none", "object"] = "none"
 
 
 @dataclass(frozen=True)
@@ -68,8 +67,10 @@ class ModelSpec(Generic[ResultT]):
     """One model: where its calls go and what they hold.
 
     ``v2_model`` is None while the model has no /v2 counterpart (its calls go to ``v1_path`` as JSON).
-    ``include`` lists the outputs that are answered only on request, None when the model has no
-    ``include`` option (then /v2 answers its default outputs, as /v1 does).
+    ``include`` lists the values of the model's ``include`` option (the outputs answered only on request),
+    None when it has none; ``include_default`` is the option's default. A call whose ``include`` is the
+    default lists no outputs (/v2 answers its default ones, as /v1 does); another lists them on /v2 when
+    each value is an output's name, and goes to /v1 otherwise (positional-encoding's ``tables``).
     """
 
     operation_id: str
@@ -80,3 +81,4 @@ class ModelSpec(Generic[ResultT]):
     include: tuple[str, ...] | None
     outputs: tuple[Output, ...]
     result: type[ResultT]
+    include_default: tuple[str, ...] = ()
