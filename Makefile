@@ -28,8 +28,9 @@ $(DEV_STAMP): requirements-dev.lock $(RUNTIME_STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.lock
 	touch $@
 
+# `python -m service serve` is the `attention-service serve` console script, run from this clone.
 run: $(RUNTIME_STAMP)  ## serve the API with gunicorn on $(HOST):$(PORT)
-	HOST=$(HOST) PORT=$(PORT) $(BIN)/gunicorn --config gunicorn.conf.py "service:create_app()"
+	$(BIN)/python -m service serve --host $(HOST) --port $(PORT)
 
 test: $(DEV_STAMP)  ## the test suite
 	$(BIN)/python -m pytest
@@ -52,13 +53,13 @@ $(NODE_STAMP): package-lock.json
 # lint-imports checks the layering contracts in pyproject.toml ([tool.importlinter]): what the kernels and
 # the typed requests may import, and no import cycles in service. No cache: the graph takes a second.
 lint: $(DEV_STAMP) $(NODE_STAMP)  ## ruff and import-linter (Python), Biome (the widgets' JS and CSS)
-	$(BIN)/ruff check service tests bench deploy client gunicorn.conf.py
-	$(BIN)/ruff format --check service tests bench deploy client gunicorn.conf.py
+	$(BIN)/ruff check service tests bench deploy client
+	$(BIN)/ruff format --check service tests bench deploy client
 	$(BIN)/lint-imports --no-cache --no-logo
 	$(BIOME) ci --colors=off .
 
 format: $(DEV_STAMP) $(NODE_STAMP)  ## rewrite Python, JS and CSS in the formatters' style (and apply safe lint fixes to JS)
-	$(BIN)/ruff format service tests bench deploy client gunicorn.conf.py
+	$(BIN)/ruff format service tests bench deploy client
 	$(BIOME) check --write .
 
 typecheck: $(DEV_STAMP)

@@ -1,6 +1,6 @@
 """The benchmark suite: ``python -m bench`` (``make bench``), ``python -m bench --smoke`` for CI.
 
-The floor is measured in this process with the BLAS threads a gunicorn worker gets (gunicorn.conf.py
+The floor is measured in this process with the BLAS threads a gunicorn worker gets (gunicorn_settings.py
 sets them the same way), and they must be set before NumPy is first imported: here, since every entry
 point (``bench``, ``bench.tune``) imports this package first.
 """

@@ -159,8 +159,8 @@ SETTINGS = (
 
 
 def gunicorn_settings() -> dict[str, str]:
-    """The gunicorn.conf.py settings this shell sets; everything else, the worker count included, is what
-    gunicorn.conf.py chooses on this machine (the table's set-up line says what ran)."""
+    """The gunicorn_settings.py settings this shell sets; everything else, the worker count included, is what
+    gunicorn_settings.py chooses on this machine (the table's set-up line says what ran)."""
     settings = {key: os.environ[key] for key in SETTINGS if key in os.environ}
     settings["GUNICORN_MAX_REQUESTS"] = "0"  # a worker recycled mid-run would take its memory readings along
     return settings
@@ -169,7 +169,7 @@ def gunicorn_settings() -> dict[str, str]:
 def settings_line(server: Server) -> str:
     tool = "wrk" if shutil.which("wrk") else "Python threads (wrk is not installed)"
     blas = os.environ.get("BLAS_THREADS", "1")
-    return f"gunicorn.conf.py: {server.config.describe()}, BLAS_THREADS={blas}; load generator: {tool}"
+    return f"gunicorn_settings.py: {server.config.describe()}, BLAS_THREADS={blas}; load generator: {tool}"
 
 
 def machine_line() -> str:

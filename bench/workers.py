@@ -3,7 +3,7 @@
 Candidates: ``sync`` exposed and ``sync`` behind deploy/nginx.conf (Debian's nginx on this host),
 ``gthread`` (4 threads per worker), gunicorn's ``gevent`` worker, the default (that worker with admission at
 the connection level: service/server/worker.py), and a uvicorn worker running the Flask app through a2wsgi.
-Every candidate runs gunicorn.conf.py's worker count (``WEB_CONCURRENCY`` overrides it). All servers run at
+Every candidate runs the settings' worker count (``WEB_CONCURRENCY`` overrides it). All servers run at
 once, and the tiny-request throughput is measured in rounds that take turns, so the ratios compare runs
 taken side by side on this (possibly shared) machine. A candidate whose packages are not installed is
 skipped and reported. Prints a Markdown table.

@@ -1,6 +1,6 @@
 """``make attack``: hostile clients against gunicorn on 127.0.0.1, bounded in count and in time.
 
-Starts the service as deployed (gunicorn.conf.py, its default worker) with every process held to an
+Starts the service as deployed (gunicorn_settings.py, its default worker) with every process held to an
 address-space limit (1 GiB by default, ``setrlimit(RLIMIT_AS)``), optionally with its metrics directory on
 a 16 MiB tmpfs (``--metrics-tmpfs``, root only, as the Kubernetes manifest's in-memory ``/tmp``), and runs:
 

@@ -1,4 +1,4 @@
-"""Start gunicorn with the repository's gunicorn.conf.py on 127.0.0.1, the one way every tool here does it.
+"""Start the server on 127.0.0.1 as operators do (``python -m service serve``): how every tool here does it.
 
 The soak, the attack suite, the benchmarks and the gunicorn tests all start their servers through
 :func:`start` (or :func:`serving`), so they run the set-up operators run and agree on what "ready" means:
@@ -6,7 +6,7 @@ The soak, the attack suite, the benchmarks and the gunicorn tests all start thei
 - **The port**: this process binds a socket to ``127.0.0.1:0`` and hands the bound descriptor to gunicorn
   (``--bind fd://N``), so the port is known before gunicorn starts and nobody can take it in between (a
   bind-and-release port picker races with every other server starting on a shared machine).
-- **Ready**: ``GET /readyz`` answers 200 and the master has as many workers as gunicorn.conf.py asked for.
+- **Ready**: ``GET /readyz`` answers 200 and the master has as many workers as the settings asked for.
 - **Workers and memory**: the master's children, their resident and peak resident memory (``/proc``).
 - **Metrics**: ``PROMETHEUS_MULTIPROC_DIR`` is a fresh temporary directory (removed at the end) unless the
   caller names one; a directory left in the caller's environment is never shared by accident.
@@ -15,7 +15,8 @@ The soak, the attack suite, the benchmarks and the gunicorn tests all start thei
 - **Stop**: SIGTERM, a bounded wait, then SIGKILL.
 
 This module lives in ``deploy/`` (operator and CI tooling, not copied into the image), not in ``service/``:
-nothing in the product starts its own server.
+the product's part is the command it runs (service/server/cli.py); the free port, the readiness rule, the
+memory readings and the address-space limit are the tools'.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import IO
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIG = ROOT / "gunicorn.conf.py"
+SETTINGS_MODULE = "service.server.gunicorn_settings"
 SERVICE_APP = "service:create_app()"
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
@@ -79,13 +80,13 @@ def memory_of(pid: int) -> Memory | None:
     return Memory(rss=values["VmRSS"], peak=values["VmHWM"])
 
 
-# The settings of gunicorn.conf.py a caller may want to report or size its load by.
+# The gunicorn settings a caller may want to report or size its load by.
 REPORTED_SETTINGS = ("workers", "threads", "worker_class", "keepalive", "timeout")
 
 
 @dataclass(frozen=True)
 class Config:
-    """What gunicorn.conf.py resolves to in a given environment."""
+    """What the gunicorn settings module resolves to in a given environment."""
 
     workers: int
     threads: int
@@ -101,14 +102,14 @@ class Config:
 
 
 def resolve_config(env: Mapping[str, str]) -> Config:
-    """gunicorn.conf.py's settings in ``env`` (its worker count follows CPU affinity and the cgroup quota).
+    """The settings module's values in ``env`` (its worker count follows CPU affinity and the cgroup quota).
 
-    The file is evaluated in a child process with the server's environment, because evaluating it here
-    would set this process's BLAS and metrics variables and patch gunicorn.
+    The module is run in a child process with the server's environment, because running it here would set
+    this process's BLAS and metrics variables and patch gunicorn.
     """
     script = (
         "import json, runpy\n"
-        f"config = runpy.run_path({str(CONFIG)!r})\n"
+        f"config = runpy.run_module({SETTINGS_MODULE!r})\n"
         f"print(json.dumps({{name: config[name] for name in {REPORTED_SETTINGS!r}}}))"
     )
     answer = subprocess.run(
@@ -132,7 +133,7 @@ class Server:
         self.process = process
         self.port = port
         self.base_url = f"http://127.0.0.1:{port}"
-        self.config = config  # what gunicorn.conf.py chose in the server's environment
+        self.config = config  # what the settings chose in the server's environment
         self.metrics_dir = metrics_dir
         self._own_metrics_dir = own_metrics_dir
         self.stdout: list[str] = []
@@ -221,14 +222,6 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-_LIMIT_THEN_EXEC = """
-import os, resource, sys
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-os.execv(sys.argv[2], sys.argv[2:])
-"""
-
-
 def _collect(stream: IO[str], lines: list[str]) -> None:
     with stream:  # closed once gunicorn has exited and the pipe is drained
         for line in stream:
@@ -244,11 +237,12 @@ def start(
     keep_stdout: bool = True,
     timeout: float = START_TIMEOUT_SECONDS,
 ) -> Server:
-    """Start gunicorn serving ``app`` with gunicorn.conf.py and wait until it is ready.
+    """Start ``python -m service serve`` serving ``app`` and wait until it is ready.
 
     ``env`` overrides this process's environment (the settings, e.g. ``{"API_KEYS": "k"}``); ``workers``
-    sets ``WEB_CONCURRENCY``, else gunicorn.conf.py chooses. ``address_space_bytes`` limits every process of
-    the server. ``keep_stdout=False`` discards the access log (a benchmark should not pay for reading it).
+    sets ``WEB_CONCURRENCY``, else the settings module chooses. ``address_space_bytes`` limits every
+    process of the server. ``keep_stdout=False`` discards the access log (a benchmark should not pay for
+    reading it).
     """
     environment = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
     environment.update(env or {})
@@ -266,8 +260,8 @@ def start(
         listener.bind(("127.0.0.1", 0))  # gunicorn calls listen() with its configured backlog
         port: int = listener.getsockname()[1]
         environment.update({"HOST": "127.0.0.1", "PORT": str(port)})  # what the app's config reads
-        command = [sys.executable, "-m", "gunicorn", "--config", str(CONFIG)]
-        command += ["--bind", f"fd://{listener.fileno()}", app]
+        command = [sys.executable, "-m", "service", "serve", "--bind", f"fd://{listener.fileno()}"]
+        command += ["--app", app]
         if address_space_bytes is not None:
             # A small Python sets the limit and then becomes gunicorn (exec), so the master and every
             # worker it forks are held to it from their first allocation. (preexec_fn is not safe here:

@@ -1,6 +1,6 @@
 """The overload scenarios of issue #18 for ``make attack``: each finding reproduced, with its pass condition.
 
-Every scenario runs against its own server, started the default way (deploy/launch.py: gunicorn.conf.py
+Every scenario runs against its own server, started the default way (deploy/launch.py: gunicorn_settings.py
 under the attack's address-space limit), on 127.0.0.1, and every loop in it is bounded in count and time:
 
 - **heavy**: per endpoint, two concurrent worst-case requests (bench/worst_cases.py once it exists, else

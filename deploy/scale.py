@@ -1,6 +1,6 @@
 """``make scale-check``: the compose ``scale`` profile on this host: replicas behind deploy/nginx.conf.
 
-Three replicas (one worker each, gunicorn.conf.py as in the image) on loopback ports, Debian's nginx running
+Three replicas (one worker each, started as in the image) on loopback ports, Debian's nginx running
 deploy/nginx.conf in front of them (deploy/proxy.py rewrites only the listen address, the upstreams and the
 paths). Checks, through the proxy: the worked example, X-Request-ID passed through and logged by both
 nginx and the service, requests spread over every replica, nginx's own 413 as problem+json, and the slow

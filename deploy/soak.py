@@ -1,6 +1,6 @@
 """Soak test: 64 keep-alive connections against gunicorn on 127.0.0.1 for SOAK_SECONDS (default 60).
 
-Starts gunicorn with gunicorn.conf.py (settings from the environment, worker recycling off so a
+Starts gunicorn with gunicorn_settings.py (settings from the environment, worker recycling off so a
 leak cannot hide behind it), sends a fixed mix of all three endpoints at small and medium sizes plus
 malformed and oversized bodies, and reports requests, p50/p99 latency, statuses and each worker's
 memory. Fails on any 5xx, any unexpected status, any dropped connection, a worker that died, or a

@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask
-
-from service.settings import Settings
-from service.web.access_log import install_access_log
-from service.web.admission import install_admission
-from service.web.api_keys import install_api_keys
-from service.web.body import install_body_counting
-from service.web.cors import enable_cors
-from service.web.inference import install_inference_metrics
-from service.web.json_provider import OrjsonProvider
-from service.web.memory import install_memory_release
-from service.web.metrics import install_metrics
-from service.web.problems import register_error_handlers
-from service.web.request_clock import install_request_clock
-from service.web.request_id import install_request_ids
+if TYPE_CHECKING:
+    from flask import Flask
 
 
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app: settings from the environment, then ``config`` on top (tests pass overrides here)."""
+    # Imported here, not above: `import service` (the console script, the gunicorn settings, the kernels used
+    # as a library) must load neither Flask nor NumPy, which has to come after BLAS_THREADS is applied.
+    from flask import Flask
+
+    from service.settings import Settings
+    from service.web.access_log import install_access_log
+    from service.web.admission import install_admission
+    from service.web.api_keys import install_api_keys
+    from service.web.body import install_body_counting
+    from service.web.cors import enable_cors
+    from service.web.inference import install_inference_metrics
+    from service.web.json_provider import OrjsonProvider
+    from service.web.memory import install_memory_release
+    from service.web.metrics import install_metrics
+    from service.web.problems import register_error_handlers
+    from service.web.request_clock import install_request_clock
+    from service.web.request_id import install_request_ids
+
     app = Flask(__name__, static_folder=None)  # /static is served by service.site.pages
     app.json = OrjsonProvider(app)
     app.config.update(Settings.from_env().as_flask_config())

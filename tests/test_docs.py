@@ -1,10 +1,10 @@
 """The docs against what they describe: the defaults in docs/operations.md are the ones the code uses.
 
-`service/settings.py` and `gunicorn.conf.py` are the sources of every default; the configuration table in
-docs/operations.md is the one place that states them, and docker-compose.yml repeats them as
-`${NAME:-default}`. Rather than a second copy of each default here, every check asks the code itself: setting
-a variable to its documented default must change nothing, for `Settings.from_env` and for a fresh run of
-gunicorn.conf.py.
+`service/settings.py` and `service/server/gunicorn_settings.py` are the sources of every default; the
+configuration table in docs/operations.md is the one place that states them, and docker-compose.yml repeats
+them as `${NAME:-default}`. Rather than a second copy of each default here, every check asks the code
+itself: setting a variable to its documented default must change nothing, for `Settings.from_env` and for a
+fresh run of the gunicorn settings module.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATIONS = ROOT / "docs" / "operations.md"
-GUNICORN_CONF = ROOT / "gunicorn.conf.py"
+GUNICORN_SETTINGS = "service.server.gunicorn_settings"
+GUNICORN_CONF = ROOT / "service" / "server" / "gunicorn_settings.py"
 # Defaults that are worked out when the server starts, so the table says how rather than what.
 COMPUTED = {
     "WEB_CONCURRENCY": "cores available",
     "PROMETHEUS_MULTIPROC_DIR": "a fresh temporary directory",
 }
-# Set from BLAS_THREADS by gunicorn.conf.py, so a run starts without them for BLAS_THREADS to count.
+# Set from BLAS_THREADS by the gunicorn settings, so a run starts without them for BLAS_THREADS to count.
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -66,9 +67,9 @@ def gunicorn_conf_variables() -> set[str]:
     return set(re.findall(r"os\.environ\.get\(\s*[\"']([A-Z0-9_]+)[\"']", source))
 
 
-# Runs gunicorn.conf.py once with none of the documented variables set, then once per variable set to its
-# documented default, in a fresh interpreter (the file changes os.environ and patches gunicorn), and prints
-# which runs ended with different settings or environment.
+# Runs the gunicorn settings module once with none of the documented variables set, then once per variable
+# set to its documented default, in a fresh interpreter (it changes os.environ and patches gunicorn), and
+# prints which runs ended with different settings or environment.
 _PROBE = """
 import json, os, runpy, sys
 documented = json.loads(sys.argv[1])
@@ -77,7 +78,7 @@ base = {k: v for k, v in os.environ.items() if k not in documented and k not in 
 def run(extra):
     os.environ.clear()
     os.environ.update(base, **extra)
-    names = runpy.run_path(sys.argv[3])
+    names = runpy.run_module(sys.argv[3])
     names["on_exit"](None)  # removes the metrics directory the run made
     plain = (int, float, str, bool, type(None))
     settings = {k: v for k, v in names.items() if not k.startswith("_") and isinstance(v, plain)}
@@ -95,7 +96,7 @@ def test_every_setting_and_every_gunicorn_variable_is_in_the_table_and_nothing_e
     settings = {setting.name.upper() for setting in fields(Settings)}
     gunicorn = gunicorn_conf_variables()
     assert settings - documented == set(), "Settings fields missing from docs/operations.md"
-    assert gunicorn - documented == set(), "gunicorn.conf.py variables missing from docs/operations.md"
+    assert gunicorn - documented == set(), "gunicorn settings' variables missing from docs/operations.md"
     assert documented - settings - gunicorn == set(), "documented variables nothing reads"
 
 
@@ -108,7 +109,7 @@ def test_documented_default_is_what_settings_uses(setting: str) -> None:
     )
 
 
-def test_documented_defaults_are_what_gunicorn_conf_uses() -> None:
+def test_documented_defaults_are_what_the_gunicorn_settings_use() -> None:
     literal = {
         name: value
         for name, value in documented_defaults().items()
@@ -116,7 +117,7 @@ def test_documented_defaults_are_what_gunicorn_conf_uses() -> None:
     }
     assert {"HOST", "PORT", "GUNICORN_TIMEOUT", "BLAS_THREADS"} <= set(literal)
     probe = subprocess.run(
-        [sys.executable, "-c", _PROBE, json.dumps(literal), ",".join(BLAS_VARIABLES), str(GUNICORN_CONF)],
+        [sys.executable, "-c", _PROBE, json.dumps(literal), ",".join(BLAS_VARIABLES), GUNICORN_SETTINGS],
         capture_output=True,
         text=True,
         timeout=60,
@@ -130,7 +131,7 @@ def test_documented_defaults_are_what_gunicorn_conf_uses() -> None:
     for name, run in runs.items():
         run["environ"].pop(name)
         assert run == unset, (
-            f"{name}={literal[name]!r} (docs/operations.md) is not gunicorn.conf.py's default"
+            f"{name}={literal[name]!r} (docs/operations.md) is not the gunicorn settings' default"
         )
 
 

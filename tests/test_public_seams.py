@@ -1,10 +1,10 @@
 """The service uses its libraries through their public names only.
 
 A name with a leading underscore is a library's own business: any release may rename or drop it without
-notice. This walks the syntax of every product file (``service/``, ``deploy/``, ``gunicorn.conf.py``) and
-fails on an import of a private module or name of the libraries below, on an attribute access or
-``getattr`` of a name that one of them keeps private, and on a method that overrides one. It reads the
-syntax tree, not the text, so neither a comment nor a string can hide or fake a use.
+notice. This walks the syntax of every product file (``service/``, the gunicorn settings included, and
+``deploy/``) and fails on an import of a private module or name of the libraries below, on an attribute
+access or ``getattr`` of a name that one of them keeps private, and on a method that overrides one. It reads
+the syntax tree, not the text, so neither a comment nor a string can hide or fake a use.
 
 The only underscore names allowed are the two marshmallow documents as the way to write a custom field
 ("Custom Fields: implement ``_serialize`` and/or ``_deserialize``",
@@ -37,8 +37,7 @@ DOCUMENTED_EXTENSION_POINTS = frozenset({"_serialize", "_deserialize"})
 
 
 def product_files() -> list[Path]:
-    files = [*sorted((ROOT / "service").rglob("*.py")), *sorted((ROOT / "deploy").rglob("*.py"))]
-    return [*files, ROOT / "gunicorn.conf.py"]
+    return [*sorted((ROOT / "service").rglob("*.py")), *sorted((ROOT / "deploy").rglob("*.py"))]
 
 
 def _is_private(name: str) -> bool:

@@ -1,4 +1,4 @@
-"""gunicorn's gevent worker, with admission at the connection level (``worker_class`` in gunicorn.conf.py).
+"""gunicorn's gevent worker, with admission at the connection level (``worker_class`` of gunicorn_settings).
 
 gunicorn's gevent worker gives each connection a greenlet, so idle and slow clients cost a greenlet, not the
 worker. What it lacks, and this subclass adds through the worker's public methods:

@@ -1,6 +1,6 @@
 """Prometheus metrics, correct under several gunicorn workers, with a fixed set of series.
 
-With ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn.conf.py sets and empties it at start) every worker
+With ``PROMETHEUS_MULTIPROC_DIR`` set (gunicorn_settings.py sets and empties it at start) every worker
 writes its samples to files there and ``/metrics`` adds them up across workers; without it (tests,
 ``flask run``) the metrics live in this process's default registry.
 
@@ -150,7 +150,7 @@ def archive_dead_workers(directory: Path) -> int:
     return the number of files merged.
 
     A process still alive, or a zombie not yet reaped, keeps its files; the next worker to start merges them.
-    Live gauges of dead workers are gunicorn.conf.py's ``child_exit`` to drop (``mark_process_dead``).
+    Live gauges of dead workers are gunicorn_settings.py's ``child_exit`` to drop (``mark_process_dead``).
     """
     merged = 0
     with _directory_lock(directory, exclusive=True):

@@ -1,4 +1,4 @@
-"""Admission against gunicorn with gunicorn.conf.py (the default worker): what only a real server can show.
+"""Admission against the server as run (the default worker): what only a real server can show.
 
 No 100 Continue for a refused upload and no draining of it; a lying Content-Length answered 408 and closed;
 a crowd of idle connections that cannot keep a probe out; a computation that does not stop the worker from

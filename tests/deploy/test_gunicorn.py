@@ -1,4 +1,4 @@
-"""The service as operators run it: gunicorn with gunicorn.conf.py, on a free loopback port.
+"""The service as operators run it: gunicorn with gunicorn_settings.py, on a free loopback port.
 
 Each server takes a second or two to start, so tests share one where they can. Slow requests are served
 by the tests' wrapper app (``tests/deploy/slow_app.py``), which adds an ``X-Test-Delay`` header.

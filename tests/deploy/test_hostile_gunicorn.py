@@ -1,4 +1,4 @@
-"""Hostile clients against gunicorn with gunicorn.conf.py: bounded series, recycled workers, lying bodies.
+"""Hostile clients against gunicorn with gunicorn_settings.py: bounded series, recycled workers, lying bodies.
 
 Loopback only; every flood is bounded in count.
 """

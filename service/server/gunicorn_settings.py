@@ -1,4 +1,11 @@
-"""gunicorn settings for `make run`, the image and compose; each can be overridden from the environment."""
+"""The server's gunicorn settings, each read from the environment (docs/operations.md lists them).
+
+A gunicorn configuration module: ``attention-service serve`` (service/server/cli.py) loads it, and so does
+``gunicorn --config python:service.server.gunicorn_settings 'service:create_app()'``. Importing it configures
+the process that imports it, which is to become gunicorn's master: the BLAS thread count for the workers
+(before NumPy is imported; ``import service`` does not import it), a metrics directory, and the writer of
+gunicorn's own error answers.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +21,8 @@ import gunicorn.util
 from service.server.problems import log_answer, problem_bytes
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
-# oversubscribe them. This must be set before NumPy is first imported, which happens when the
-# app module is loaded by each worker.
+# oversubscribe them. This must be set before NumPy is first imported in the master (the worker class
+# imports it there), as forked workers keep the thread count OpenBLAS read when it was loaded.
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, os.environ.get("BLAS_THREADS", "1"))
 

@@ -1,0 +1,124 @@
+"""``attention-service serve`` (also ``python -m service serve``): gunicorn with the service's settings.
+
+The one way the server starts: ``make run``, the image, compose, the Kubernetes manifests and the tools in
+deploy/ all run this. It is gunicorn's documented "Custom Application" (a subclass of
+``gunicorn.app.base.BaseApplication``) whose configuration is, in rising precedence:
+
+1. the settings module :mod:`service.server.gunicorn_settings`, which reads the environment variables of
+   docs/operations.md (``HOST``, ``PORT``, ``WEB_CONCURRENCY``, ``GUNICORN_*``, …);
+2. ``GUNICORN_CMD_ARGS``, gunicorn's own variable for any of its settings that the table does not name;
+3. this command's options. ``--host``, ``--port`` and ``--workers`` are ``HOST``, ``PORT`` and
+   ``WEB_CONCURRENCY`` given on the command line: they are put in the environment before the settings
+   module reads it, so the module stays the one place that turns them into gunicorn's settings
+   (:func:`command_line_settings`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gunicorn.util
+from gunicorn.app.base import BaseApplication
+
+from service.identity import API_VERSION
+
+SETTINGS_MODULE = "service.server.gunicorn_settings"
+DEFAULT_APP = "service:create_app()"
+PROG = "attention-service"
+
+
+class AttentionServer(BaseApplication):  # type: ignore[misc]  # gunicorn has no type hints
+    """gunicorn serving ``app`` (``module:callable`` as gunicorn takes it) with the service's settings."""
+
+    def __init__(self, app: str = DEFAULT_APP, overrides: Mapping[str, Any] | None = None) -> None:
+        self.app_uri = app
+        self.overrides = dict(overrides or {})
+        super().__init__(prog=PROG)
+
+    def load_config(self) -> None:
+        settings = vars(importlib.import_module(SETTINGS_MODULE))
+        from_environment = self.cfg.parser().parse_args(self.cfg.get_cmd_args_from_env())
+        chosen = {name: value for name, value in settings.items() if name in self.cfg.settings}
+        chosen |= {name: value for name, value in vars(from_environment).items() if value is not None}
+        chosen |= self.overrides
+        for name, value in chosen.items():
+            if name in self.cfg.settings:
+                self.cfg.set(name, value)
+        self.cfg.set("default_proc_name", self.app_uri)
+
+    def load(self) -> Any:
+        return gunicorn.util.import_app(self.app_uri)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port (0-65535), not {value}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog=PROG, description="The attention service: masked attention, softmax and likelihood over HTTP."
+    )
+    top.add_argument("--version", action="version", version=f"%(prog)s {API_VERSION}")
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the API with gunicorn",
+        description=(
+            "Serve the API with gunicorn and the settings of docs/operations.md, read from the environment; "
+            "these options override HOST, PORT and WEB_CONCURRENCY. Stop it with SIGTERM or Ctrl-C."
+        ),
+    )
+    serve.add_argument("--host", help="address to bind (HOST, default 127.0.0.1; 0.0.0.0: every interface)")
+    serve.add_argument("--port", type=_port, help="port to bind (PORT, default 8000)")
+    serve.add_argument("--workers", type=_positive, help="worker processes (WEB_CONCURRENCY, default: cores)")
+    serve.add_argument(
+        "--bind",
+        action="append",
+        metavar="ADDRESS",
+        help="gunicorn bind address instead of --host/--port (HOST:PORT, unix:PATH, fd://N); repeatable",
+    )
+    serve.add_argument("--app", default=DEFAULT_APP, help=f"the WSGI app, module:callable ({DEFAULT_APP})")
+    return top
+
+
+def command_line_settings(arguments: argparse.Namespace) -> dict[str, Any]:
+    """The gunicorn settings the options set, which override every other source.
+
+    ``--host``, ``--port`` and ``--workers`` are first written to the environment as ``HOST``, ``PORT`` and
+    ``WEB_CONCURRENCY``, so the settings module turns them into ``bind`` and ``workers`` as it does the
+    variables (and anything else that reads them sees the same values).
+    """
+    given = {"HOST": arguments.host, "PORT": arguments.port, "WEB_CONCURRENCY": arguments.workers}
+    for variable, value in given.items():
+        if value is not None:
+            os.environ[variable] = str(value)  # argparse has checked it
+    settings = importlib.import_module(SETTINGS_MODULE)
+    chosen: dict[str, Any] = {}
+    if arguments.bind:
+        chosen["bind"] = arguments.bind
+    elif arguments.host is not None or arguments.port is not None:
+        chosen["bind"] = [settings.bind]
+    if arguments.workers is not None:
+        chosen["workers"] = settings.workers
+    return chosen
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; ``serve`` returns when gunicorn's master stops."""
+    arguments = parser().parse_args(argv)
+    AttentionServer(arguments.app, command_line_settings(arguments)).run()
+    return 0

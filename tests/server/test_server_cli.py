@@ -1,0 +1,146 @@
+"""The command line (``attention-service``, ``python -m service``) and the gunicorn settings it yields.
+
+Each check runs in a fresh interpreter: loading the settings module configures the process that loads it
+(BLAS threads, the metrics directory, gunicorn's error writer), as it must for gunicorn's master.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The settings gunicorn would run with, from the options given in argv (no server is started).
+_RESOLVE = """
+import json, sys
+from service.server import cli
+arguments = cli.parser().parse_args(sys.argv[1:])
+server = cli.AttentionServer(arguments.app, cli.command_line_settings(arguments))
+server.cfg.on_exit(None)  # removes the metrics directory the settings made
+names = ("bind", "workers", "worker_class", "keepalive", "limit_request_line", "timeout")
+print(json.dumps({name: server.cfg.settings[name].get() for name in names}))
+"""
+
+
+def environment(**variables: str) -> dict[str, str]:
+    """This environment without the server's variables, plus ``variables``."""
+    server = {"HOST", "PORT", "WEB_CONCURRENCY", "GUNICORN_CMD_ARGS", "GUNICORN_TIMEOUT"}
+    server |= {"PROMETHEUS_MULTIPROC_DIR", "GUNICORN_WORKER_CLASS", "GUNICORN_KEEPALIVE"}
+    clean = {key: value for key, value in os.environ.items() if key not in server}
+    return clean | variables
+
+
+def resolve(*argv: str, **variables: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", _RESOLVE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=environment(**variables),
+    )
+    assert done.returncode == 0, done.stderr
+    settings: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return settings
+
+
+def test_the_defaults_are_the_settings_modules() -> None:
+    settings = resolve("serve", WEB_CONCURRENCY="3")
+    assert settings["bind"] == ["127.0.0.1:8000"]
+    assert settings["workers"] == 3
+    assert settings["worker_class"] == "service.server.worker.AdmittingGeventWorker"
+    assert settings["keepalive"] == 75
+    assert settings["timeout"] == 30
+
+
+def test_the_environment_configures_the_server() -> None:
+    settings = resolve(
+        "serve",
+        HOST="0.0.0.0",
+        PORT="9001",
+        WEB_CONCURRENCY="2",
+        GUNICORN_KEEPALIVE="5",
+        GUNICORN_TIMEOUT="7",
+    )
+    assert settings["bind"] == ["0.0.0.0:9001"]
+    assert (settings["workers"], settings["keepalive"], settings["timeout"]) == (2, 5, 7)
+
+
+def test_options_override_the_environment_and_gunicorn_cmd_args_reaches_any_other_setting() -> None:
+    settings = resolve(
+        "serve",
+        "--host",
+        "127.0.0.2",
+        "--port",
+        "9002",
+        "--workers",
+        "4",
+        HOST="0.0.0.0",
+        PORT="9001",
+        WEB_CONCURRENCY="2",
+        GUNICORN_CMD_ARGS="--limit-request-line 2048 --workers 3",
+    )
+    assert settings["bind"] == ["127.0.0.2:9002"]
+    assert settings["workers"] == 4  # the option over GUNICORN_CMD_ARGS over WEB_CONCURRENCY
+    assert settings["limit_request_line"] == 2048
+    settings = resolve("serve", GUNICORN_CMD_ARGS="--workers 3", WEB_CONCURRENCY="2")
+    assert settings["workers"] == 3
+    settings = resolve("serve", "--port", "9003", "--bind", "unix:/tmp/attention.sock", "--bind", "fd://3")
+    assert settings["bind"] == ["unix:/tmp/attention.sock", "fd://3"]  # --bind replaces --host/--port
+
+
+def test_the_settings_module_sets_blas_threads_before_anything_loads_numpy() -> None:
+    # Forked workers keep the thread count OpenBLAS read when NumPy was first loaded: in the master, that
+    # must come after BLAS_THREADS is applied (on main before #20 it came first, and each worker ran as many
+    # BLAS threads as cores).
+    script = (
+        "import os, sys\n"
+        "import service.server.cli, service.server.gunicorn_settings as settings\n"
+        "assert 'numpy' not in sys.modules and 'flask' not in sys.modules, 'loaded before the settings'\n"
+        "print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])\n"
+        "settings.on_exit(None)\n"
+    )
+    variables = {"BLAS_THREADS": "1"}
+    env = {k: v for k, v in environment(**variables).items() if not k.endswith("_NUM_THREADS")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["serve", "--port", "70000"], "must be a TCP port"),
+        (["serve", "--workers", "0"], "must be at least 1"),
+        (["serve", "--port", "eighty"], "invalid _port value"),
+        ([], "required: COMMAND"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_starts(argv: list[str], says: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "service", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=environment(),
+    )
+    assert done.returncode == 2
+    assert says in done.stderr, done.stderr
+
+
+def test_version() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "--version"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    from service.identity import API_VERSION
+
+    assert done.stdout.split() == ["attention-service", API_VERSION]
