@@ -15,11 +15,13 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 import service.kernels
 from service import create_app
@@ -204,3 +206,95 @@ def test_docs_widgets_lists_every_widget_and_every_client_function() -> None:
         re.findall(r"^export function (\w+)\(body, options\)", (static / "client.js").read_text(), re.M)
     )
     assert set(re.findall(r"^\| `(\w+)\(body, options\)` \|", text, flags=re.MULTILINE)) == functions
+
+
+# Where the docs list the /v2 models, each as a list of names in backticks.
+V2_MODEL_LISTS = {
+    "README.md": r"can call the same models \(([^)]*)\)",
+    "docs/tensors.md": r"Models are named like the endpoints: ([^\n]*?)\.\n",
+}
+
+
+def server_surface() -> tuple[set[str], set[str]]:
+    """The server's /v1 computations (paths) and /v2 models (names), read from the app itself.
+
+    The models come from the repository index when the server has one (Triton's, issue #20), else from the
+    infer routes, so a model added to /v2 is listed here without anyone writing it in this file.
+    """
+    app = create_app({"TESTING": True})
+    rules = list(app.url_map.iter_rules())
+    computations = {
+        rule.rule for rule in rules if rule.rule.startswith("/v1/") and "POST" in (rule.methods or ())
+    }
+    if any(rule.rule == "/v2/repository/index" for rule in rules):
+        index = app.test_client().post("/v2/repository/index", json={})
+        models = {entry["name"] for entry in index.get_json()}
+    else:
+        models = {m[1] for rule in rules if (m := re.fullmatch(r"/v2/models/([^/<]+)/infer", rule.rule))}
+    assert len(computations) >= 6, computations
+    assert len(models) >= 4, models
+    return computations, models
+
+
+@pytest.mark.parametrize("page", list(V2_MODEL_LISTS))
+def test_the_docs_list_every_v2_model_and_no_other(page: str) -> None:
+    _, models = server_surface()
+    text = (ROOT / page).read_text(encoding="utf-8")
+    (listed,) = re.findall(V2_MODEL_LISTS[page], text)
+    assert set(re.findall(r"`([a-z0-9-]+)`", listed)) == models, (
+        f"{page}: the /v2 models are {sorted(models)}"
+    )
+
+
+def _words(text: str) -> str:
+    """Lower-case letters only: "multi-head attention", "multiHeadAttention" and "/v1/multi-head-attention"
+    all become "multiheadattention"."""
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+def test_the_readme_names_every_v1_computation() -> None:
+    computations, _ = server_surface()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert {path for path in computations if f"{path}`" not in readme} == set()
+
+
+def test_the_package_and_contract_descriptions_name_every_computation_and_model() -> None:
+    computations, models = server_surface()
+    names = {path.removeprefix("/v1/") for path in computations} | models
+    description = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["description"]
+    contract = yaml.safe_load((ROOT / "openapi.yaml").read_text())["info"]["description"]
+    for text in (description, contract):
+        assert {name for name in names if _words(name) not in _words(text)} == set(), text
+    for path in computations:
+        assert f"POST {path}" in contract
+    assert "(/v2)" in description
+
+
+def test_the_api_keys_row_names_every_path_that_needs_a_key() -> None:
+    # The contract declares a 401 on exactly the operations API_KEYS protects (service/web/api_keys.py).
+    spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    protected = {
+        path
+        for path, item in spec["paths"].items()
+        for method, operation in item.items()
+        if method in {"get", "post"} and "401" in operation["responses"]
+    }
+    table = OPERATIONS.read_text(encoding="utf-8").split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    (row,) = re.findall(r"^\| `API_KEYS` \|[^\n]*", table, re.MULTILINE)
+    for path in protected:
+        if path.startswith("/v1/"):
+            assert "`/v1/*`" in row
+        else:
+            general = re.sub(
+                r"^/v2/models/[^/]+(/versions/1)?/infer$", "/v2/models/{model}[/versions/1]/infer", path
+            )
+            assert general in row, path
+
+
+def test_the_changelog_starts_with_unreleased_then_the_current_version() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    headings = re.findall(r"^## \[([^\]]+)\]", changelog, re.MULTILINE)
+    assert headings[:2] == ["Unreleased", version]
+    assert "Keep a Changelog" in changelog
+    assert "](CHANGELOG.md)" in (ROOT / "README.md").read_text(encoding="utf-8")

@@ -3,6 +3,7 @@ and the marshmallow schemas they name."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,11 +20,13 @@ from service.web.problems import PROBLEM_MIMETYPE, PROBLEM_TYPE_BASE
 from service.web.routes import DEFAULT_ERROR, Routes
 from service.web.statuses import STATUSES
 
-API_DESCRIPTION = (
-    "Masked scaled dot-product attention, softmax with temperature and sequence log-likelihood: "
-    "the core arithmetic of causal language models over HTTP. All numbers are computed in float64 "
-    "(or float32 on request). Every error is an RFC 9457 problem+json document."
+API_DESCRIPTION = "The core arithmetic of causal language models over HTTP."
+API_DESCRIPTION_END = (
+    "All numbers are computed in float64 (or float32 on request). Every error is an RFC 9457 problem+json "
+    "document."
 )
+# An infer operation of /v2: one path per model, or one with the model as a path parameter.
+_INFER_PATH = re.compile(r"/v2/models/(?P<model>[^/]+)/infer")
 
 OPENAPI_VERSION = "3.1.0"
 API_SPEC_OPTIONS: dict[str, Any] = {
@@ -105,13 +108,8 @@ def build_spec(route_sets: Sequence[Routes]) -> APISpec:
     names, not ``http.HTTPStatus``'s, which depend on the Python version), written only when referenced.
     """
     marshmallow = MarshmallowPlugin()
-    spec = APISpec(
-        API_TITLE,
-        API_VERSION,
-        OPENAPI_VERSION,
-        plugins=[marshmallow, _WhoNeedsAKey()],
-        **API_SPEC_OPTIONS,
-    )
+    options = {**API_SPEC_OPTIONS, "info": {**API_SPEC_OPTIONS["info"], "description": describe(route_sets)}}
+    spec = APISpec(API_TITLE, API_VERSION, OPENAPI_VERSION, plugins=[marshmallow, _WhoNeedsAKey()], **options)
     assert marshmallow.converter is not None  # set when the plugin is given the spec
     for attributes in (_array_attributes, _one_bound_per_side, _optional_request_fields_accept_null):
         marshmallow.converter.add_attribute_function(attributes)  # type: ignore[no-untyped-call]
@@ -128,6 +126,38 @@ def build_spec(route_sets: Sequence[Routes]) -> APISpec:
             )
         spec.tag({"name": routes.name, "description": routes.description})
     return spec
+
+
+def describe(route_sets: Sequence[Routes]) -> str:
+    """The contract's description (the top of /docs): every computation of /v1 and every /v2 model, read from
+    the routes, so that a new one is listed without anyone writing it here."""
+    operations = [operation for routes in route_sets for operation in routes.operations]
+    computations = [
+        f"{operation.method.upper()} {operation.path}"
+        for operation in operations
+        if operation.path.startswith("/v1/")
+    ]
+    models: list[str] = []
+    for operation in operations:
+        match = _INFER_PATH.fullmatch(operation.path)
+        if match is None or "/versions/" in match["model"]:
+            continue
+        named = [match["model"]]
+        if match["model"].startswith("{"):  # the model as a path parameter: its allowed values
+            named = [
+                value
+                for parameter in operation.path_parameters
+                if "{" + str(parameter.get("name")) + "}" == match["model"]
+                for value in parameter.get("schema", {}).get("enum", [])
+            ]
+        models += [name for name in named if name not in models]
+    text = f"{API_DESCRIPTION} The computations (JSON): {', '.join(computations)}."
+    if models:
+        text += (
+            " The Open Inference Protocol (KServe v2, with binary tensors) at /v2 serves the models "
+            f"{', '.join(models)}."
+        )
+    return f"{text} {API_DESCRIPTION_END}"
 
 
 def _problem_response(description: str, examples: dict[str, Any] | None) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 A worker may hold ``MEMORY_BUDGET_BYTES`` for one request on top of what it holds idle; the master holds the
 app's imports once. The limit must cover that sum, and not exceed it by more than one rounding step (a
-limit far above it only hides a leak until the node runs out).
+limit far above it only hides a leak until the node runs out). The rule is read from docs/operations.md,
+where it is stated once, and its two bases are checked against a running server.
 """
 
 from __future__ import annotations
@@ -11,18 +12,35 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
+from deploy.launch import memory_of, serving
 from service.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
+OPERATIONS = ROOT / "docs" / "operations.md"
 MIB = 1024 * 1024
-# Measured with deploy.launch on this machine: a fresh gevent worker 58 MiB RSS, the master 30 MiB (after
-# /readyz and /metrics); each rounded up to leave room for allocator slack and the in-memory metrics files.
-WORKER_BASE_BYTES = 64 * MIB
-MASTER_BASE_BYTES = 64 * MIB
 ROUNDING_BYTES = 128 * MIB
+# "workers × (`MEMORY_BUDGET_BYTES` + 64 MiB) + 64 MiB", however it is spaced or emphasised.
+RULE = re.compile(r"workers\s*×\s*\(`?MEMORY_BUDGET_BYTES`?\s*\+\s*(\d+)\s*MiB\)\s*\+\s*(\d+)\s*MiB")
+
+
+def documented_bases() -> tuple[int, int]:
+    """The worker's and the master's base in bytes, from the one statement of the rule in the docs."""
+    statements = {
+        (int(worker), int(master))
+        for page in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+        for worker, master in RULE.findall(page.read_text(encoding="utf-8"))
+    }
+    assert len(statements) == 1, f"the docs state the memory rule {len(statements)} ways: {statements}"
+    assert RULE.search(OPERATIONS.read_text(encoding="utf-8")), "the rule belongs in docs/operations.md"
+    ((worker, master),) = statements
+    return worker * MIB, master * MIB
+
+
+WORKER_BASE_BYTES, MASTER_BASE_BYTES = documented_bases()
 
 
 def required_bytes(workers: int) -> int:
@@ -68,3 +86,24 @@ def test_kubernetes_limit_covers_every_workers_budget() -> None:
     limit = quantity_bytes(container["resources"]["limits"]["memory"])
     needed = required_bytes(workers)
     assert needed <= limit < needed + ROUNDING_BYTES, (workers, limit / MIB, needed / MIB)
+
+
+@pytest.mark.gunicorn
+def test_the_documented_bases_cover_a_running_servers_master_and_workers() -> None:
+    seed = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    softmax = {"inputs": [{"name": "logits", "shape": [3], "datatype": "FP64", "data": [1, 2, 3]}]}
+    with serving(workers=2, keep_stdout=False) as server:
+        for _ in range(3):  # the first requests import and cache what later ones use
+            assert httpx.post(server.url("/v1/attention"), json=seed, timeout=30).status_code == 200
+            assert (
+                httpx.post(server.url("/v2/models/softmax/infer"), json=softmax, timeout=30).status_code
+                == 200
+            )
+            assert httpx.get(server.url("/metrics"), timeout=30).status_code == 200
+        master = memory_of(server.pid)
+        workers = server.memory()
+    assert master is not None
+    assert len(workers) == 2
+    assert master.peak <= MASTER_BASE_BYTES, f"the master peaked at {master.peak / MIB:.1f} MiB"
+    for pid, reading in workers.items():
+        assert reading.rss <= WORKER_BASE_BYTES, f"worker {pid}: {reading.rss / MIB:.1f} MiB after the seed"
