@@ -54,14 +54,14 @@ class AttentionServer(BaseApplication):  # type: ignore[misc]  # gunicorn has no
         return gunicorn.util.import_app(self.app_uri)
 
 
-def _positive(text: str) -> int:
+def worker_count(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
 
 
-def _port(text: str) -> int:
+def port(text: str) -> int:
     value = int(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"must be a TCP port (0-65535), not {value}")
@@ -83,8 +83,10 @@ def parser() -> argparse.ArgumentParser:
         ),
     )
     serve.add_argument("--host", help="address to bind (HOST, default 127.0.0.1; 0.0.0.0: every interface)")
-    serve.add_argument("--port", type=_port, help="port to bind (PORT, default 8000)")
-    serve.add_argument("--workers", type=_positive, help="worker processes (WEB_CONCURRENCY, default: cores)")
+    serve.add_argument("--port", type=port, help="port to bind (PORT, default 8000)")
+    serve.add_argument(
+        "--workers", type=worker_count, help="worker processes (WEB_CONCURRENCY, default the cores available)"
+    )
     serve.add_argument(
         "--bind",
         action="append",

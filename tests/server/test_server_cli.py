@@ -120,7 +120,7 @@ def test_the_settings_module_sets_blas_threads_before_anything_loads_numpy() -> 
     [
         (["serve", "--port", "70000"], "must be a TCP port"),
         (["serve", "--workers", "0"], "must be at least 1"),
-        (["serve", "--port", "eighty"], "invalid _port value"),
+        (["serve", "--port", "eighty"], "invalid port value"),
         ([], "required: COMMAND"),
     ],
 )
