@@ -28,6 +28,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from service.web.problems import register_error_handlers
     from service.web.request_clock import install_request_clock
     from service.web.request_id import install_request_ids
+    from service.web.tracing import install_tracing
 
     app = Flask(__name__, static_folder=None)  # /static is served by service.site.pages
     app.json = OrjsonProvider(app)
@@ -43,6 +44,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     # Order matters: the request id and clock come first, so even a 401 carries the id and is timed.
     install_request_clock(app)
     install_request_ids(app)
+    install_tracing(app)  # the server span starts here, with the request id (OTEL_* variables; else nothing)
     install_body_counting(app)  # before the access log and metrics, which report the bytes read
     install_admission(app)  # after body counting: it gives each admitted body its deadline
     install_access_log(app)

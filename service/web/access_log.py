@@ -128,6 +128,9 @@ def _log(request: Request, g: RequestGlobals, response: Response) -> Response:
         "request_id": getattr(g, "request_id", None),
         "pid": os.getpid(),
     }
+    trace_id = getattr(g, "trace_id", None)  # set by service.web.tracing when a span records
+    if trace_id is not None:
+        fields["trace_id"] = trace_id
     _declared_length(request, fields)
     if response.is_streamed and not response.direct_passthrough:
         fields["streamed"] = True

@@ -542,7 +542,7 @@ def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSW
     timeline = current_timeline()
     if timeline is not None:
         timeline.decoded = time.perf_counter()
-        timeline.answer_values = work.answer_elements
+        timeline.work = work
         computation = _Timed(computation, timeline)
     admit_work(work, answer)
     admission = admission_of(current_app)

@@ -36,6 +36,7 @@ from flask.wrappers import Request
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.samples import Sample
 
+from service.requests import Work
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.metrics import collect_samples
 from service.web.request_clock import seconds_since_start
@@ -146,7 +147,7 @@ def outcome_of(status: int) -> str:
     return "invalid" if status < 500 else "error"
 
 
-class _Series:
+class Series:
     """The labelled children of one model on one protocol, looked up once (``labels()`` takes a lock)."""
 
     def __init__(self, model: str, protocol: str) -> None:
@@ -160,11 +161,11 @@ class _Series:
         self.last_success = LAST_SUCCESS.labels(model, protocol)
 
 
-_SERIES: dict[tuple[str, str], _Series] = {}
-_ROUTES: dict[tuple[str, str], _Series | None] = {}  # by (rule, method): a finite set, as the rules are
+_SERIES: dict[tuple[str, str], Series] = {}
+_ROUTES: dict[tuple[str, str], Series | None] = {}  # by (rule, method): a finite set, as the rules are
 
 
-def series_of(request: Request) -> _Series | None:
+def series_of(request: Request) -> Series | None:
     """The series of the model whose route ``request`` matched, or None for any other route."""
     rule = request.url_rule
     if rule is None:
@@ -179,7 +180,7 @@ def series_of(request: Request) -> _Series | None:
     if route is not None:
         series = _SERIES.get(route)
         if series is None:
-            series = _SERIES[route] = _Series(*route)
+            series = _SERIES[route] = Series(*route)
     _ROUTES[key] = series
     return series
 
@@ -192,12 +193,12 @@ class Timeline:
     computation has been handed back (or abandoned, when they may be missing).
     """
 
-    series: _Series
+    series: Series
     started: float  # the view's start
     decoded: float | None = None  # run_admitted reached: the typed request exists
     compute_started: float | None = None
     kernel_done: float | None = None
-    answer_values: int = 0
+    work: Work | None = None  # the typed request's, once decoded
     in_flight: bool = True
 
     def steps(self, now: float, *, succeeded: bool, body_seconds: float) -> list[tuple[str, float, float]]:
@@ -227,7 +228,7 @@ def current_timeline() -> Timeline | None:
 
 # Called with the request's globals, its series, its timeline (or None) and its steps once it is answered:
 # tracing adds its child spans here.
-StepsListener = Callable[[RequestGlobals, _Series, Timeline | None, list[tuple[str, float, float]]], None]
+StepsListener = Callable[[RequestGlobals, Series, Timeline | None, list[tuple[str, float, float]]], None]
 _LISTENERS: list[StepsListener] = []
 
 
@@ -274,8 +275,8 @@ def _observe(request: Request, g: RequestGlobals, response: Response) -> Respons
             series.steps[step].observe(max(0.0, end - start))
         _leave_flight(timeline)
     if outcome == SUCCESS:
-        if timeline is not None:
-            series.values.inc(timeline.answer_values)
+        if timeline is not None and timeline.work is not None:
+            series.values.inc(timeline.work.answer_elements)
         series.last_success.set(time.time())
     for listener in _LISTENERS:
         listener(g, series, timeline, done)

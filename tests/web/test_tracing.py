@@ -1,0 +1,161 @@
+"""Traces with the SDK's in-memory exporter: one server span per request continuing the caller's
+traceparent, with decode, queue, compute and encode children, the request id, and the trace id logged."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from service import create_app
+from service.web.tracing import exporters_from
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
+
+
+@pytest.fixture
+def exporter() -> InMemorySpanExporter:
+    return InMemorySpanExporter()
+
+
+@pytest.fixture
+def traced(exporter: InMemorySpanExporter) -> Iterator[Flask]:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield create_app({"TESTING": True, "TRACER_PROVIDER": provider})
+    provider.shutdown()
+
+
+def _by_name(spans: tuple[ReadableSpan, ...]) -> dict[str, ReadableSpan]:
+    named = {span.name: span for span in spans}
+    assert len(named) == len(spans), [span.name for span in spans]
+    return named
+
+
+def _log_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith('{"time"')]
+
+
+@pytest.mark.parametrize(
+    ("environ", "exporters"),
+    [
+        ({}, []),
+        ({"OTEL_TRACES_EXPORTER": "none"}, []),
+        ({"OTEL_TRACES_EXPORTER": "console"}, ["console"]),
+        ({"OTEL_TRACES_EXPORTER": "otlp, console"}, ["otlp", "console"]),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}, []),
+        ({"OTEL_TRACES_EXPORTER": "console,none"}, []),
+    ],
+)
+def test_the_standard_variables_choose_the_exporters(environ: dict[str, str], exporters: list[str]) -> None:
+    assert exporters_from(environ) == exporters
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"OTEL_TRACES_EXPORTER": "jaeger"},
+        {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+    ],
+)
+def test_an_exporter_this_service_lacks_fails_loudly(environ: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="OTEL_"):
+        exporters_from(environ)
+
+
+def test_off_when_not_configured(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        monkeypatch.delenv(name, raising=False)
+    app = create_app({"TESTING": True})
+    assert "attention_tracing" not in app.extensions
+    response = app.test_client().post(
+        "/v1/softmax", json={"logits": [[1.0, 2.0]]}, headers={"traceparent": TRACEPARENT}
+    )
+    assert response.status_code == 200
+    (line,) = _log_lines(capsys.readouterr().out)
+    assert "trace_id" not in line
+
+
+def test_a_v1_request_continues_the_callers_trace(
+    traced: Flask, exporter: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    headers = {"traceparent": TRACEPARENT, "X-Request-ID": "trace-me-1"}
+    response = traced.test_client().post("/v1/softmax", json={"logits": [[1.0, 2.0, 3.0]]}, headers=headers)
+    assert response.status_code == 200
+    spans = _by_name(exporter.get_finished_spans())
+    assert set(spans) == {"POST /v1/softmax", "decode", "queue", "compute", "encode"}
+    server = spans["POST /v1/softmax"]
+    assert server.kind is SpanKind.SERVER
+    assert format(server.context.trace_id, "032x") == TRACE_ID
+    assert server.parent is not None
+    assert format(server.parent.span_id, "016x") == PARENT_ID
+    assert server.parent.is_remote
+    attributes = dict(server.attributes or {})
+    assert attributes["attention.request_id"] == "trace-me-1"
+    assert attributes["http.route"] == "/v1/softmax"
+    assert attributes["http.response.status_code"] == 200
+    assert attributes["attention.model"] == "softmax"
+    assert attributes["attention.protocol"] == "v1"
+    steps = [spans[name] for name in ("decode", "queue", "compute", "encode")]
+    for child in steps:
+        assert child.parent is not None
+        assert child.parent.span_id == server.context.span_id
+        assert child.context.trace_id == server.context.trace_id
+        assert server.start_time <= child.start_time <= child.end_time <= server.end_time
+    # The steps follow one another.
+    for earlier, later in itertools.pairwise(steps):
+        assert earlier.end_time <= later.start_time + 1000  # within a microsecond of rounding
+    compute = dict(spans["compute"].attributes or {})
+    # one row of 3 logits: 3 probabilities, each computed as one element; answer: 3 + entropy + argmax
+    assert compute["attention.model"] == "softmax"
+    assert compute["attention.work.elements"] == 3
+    assert compute["attention.work.answer_values"] == 5
+    (line,) = _log_lines(capsys.readouterr().out)
+    assert line["trace_id"] == TRACE_ID
+    assert line["request_id"] == "trace-me-1"
+
+
+def test_a_v2_infer_and_a_refusal(traced: Flask, exporter: InMemorySpanExporter) -> None:
+    client = traced.test_client()
+    body = {"inputs": [{"name": "logits", "shape": [1, 2], "datatype": "FP64", "data": [0, 1]}]}
+    assert client.post("/v2/models/softmax/infer", json=body).status_code == 200
+    spans = _by_name(exporter.get_finished_spans())
+    assert set(spans) == {"POST /v2/models/softmax/infer", "decode", "queue", "compute", "encode"}
+    server = spans["POST /v2/models/softmax/infer"]
+    assert server.parent is None  # no traceparent: a new trace
+    assert dict(server.attributes or {})["attention.protocol"] == "v2"
+    exporter.clear()
+
+    assert client.post("/v1/softmax", json={"logits": "x"}).status_code == 422
+    (refused,) = exporter.get_finished_spans()  # decoding failed: no step completed
+    assert refused.name == "POST /v1/softmax"
+    assert dict(refused.attributes or {})["http.response.status_code"] == 422
+    exporter.clear()
+
+    assert client.get("/nowhere").status_code == 404
+    (unmatched,) = exporter.get_finished_spans()
+    assert unmatched.name == "GET"
+
+
+def test_an_unsampled_caller_records_nothing(
+    traced: Flask, exporter: InMemorySpanExporter, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unsampled = f"00-{TRACE_ID}-{PARENT_ID}-00"
+    response = traced.test_client().post(
+        "/v1/softmax", json={"logits": [[1.0, 2.0]]}, headers={"traceparent": unsampled}
+    )
+    assert response.status_code == 200
+    assert exporter.get_finished_spans() == ()
+    (line,) = _log_lines(capsys.readouterr().out)
+    assert "trace_id" not in line
