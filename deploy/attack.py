@@ -155,7 +155,12 @@ def cardinality_flood(attack: Attack, seconds: float) -> None:
         token = "".join(rng.choices(string.ascii_lowercase + string.digits, k=12))
         path = rng.choice([f"/{token}", f"/v1/{token}", "/livez", "/v1/attention", f"/static/{token}.js"])
         attack.send("flood", f"{method} {path}?{token}={token} HTTP/1.1\r\nHost: attack")
-        sent += 1
+        # Made-up models and versions, POSTed as a model's infer would be (a 404 or 405, and no series).
+        model_path = rng.choice(
+            [f"/v1/{token}", f"/v2/models/{token}/infer", f"/v2/models/attention/versions/{token}/infer"]
+        )
+        attack.send("flood", post_head(model_path, 2), b"{}", expect={404, 405})
+        sent += 2
     metrics = exchange(attack.server.port, b"GET /metrics HTTP/1.1\r\nHost: attack\r\n\r\n", timeout=60)
     size = len(metrics.body) if metrics else -1
     attack.report.notes.append(
@@ -165,6 +170,45 @@ def cardinality_flood(attack: Attack, seconds: float) -> None:
         attack.report.fail(f"/metrics after the flood: {metrics.status if metrics else 'no answer'}")
     elif size >= METRICS_LIMIT_BYTES:
         attack.report.fail(f"/metrics is {size:,} bytes after the flood (limit {METRICS_LIMIT_BYTES:,})")
+    if metrics is not None and metrics.status == 200:
+        for problem in unbounded_inference_series(metrics.body.decode(), served_models()):
+            attack.report.fail(f"after the flood: {problem}")
+
+
+def served_models() -> set[str]:
+    """The models the service's routes serve (what the per-model metrics' ``model`` label may be)."""
+    from service import create_app
+    from service.web.inference import model_route
+
+    app = create_app({"ACCESS_LOG": False})
+    return {
+        route[0]
+        for rule in app.url_map.iter_rules()
+        for method in rule.methods or ()
+        if (route := model_route(rule.rule, method)) is not None
+    }
+
+
+def unbounded_inference_series(text: str, models: set[str]) -> list[str]:
+    """The per-model series whose labels are not from their fixed sets (empty when the series are bounded:
+    at most the models × 2 protocols × the outcomes)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from service.web.inference import OUTCOMES, PREFIX, PROTOCOLS
+
+    problems = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith(PREFIX):
+                continue
+            labels = sample.labels
+            if (
+                labels.get("model") not in models
+                or labels.get("protocol") not in PROTOCOLS
+                or labels.get("outcome", "success") not in OUTCOMES
+            ):
+                problems.append(f"{sample.name} has labels {labels} outside the fixed sets")
+    return problems
 
 
 def _nested(shape: list[int], value: float) -> object:

@@ -186,3 +186,20 @@ def test_a_dead_workers_last_success_time_is_kept_as_the_largest(tmp_path: Path)
     assert {path.name for path in tmp_path.glob("*.db")} == {"gauge_max_archive.db", live.name}
     kept = MmapedDict.read_all_values_from_file(str(tmp_path / "gauge_max_archive.db"))
     assert [(k, v) for k, v, _, _ in kept] == [(key, 7.0)]
+
+
+def test_the_attack_suites_check_finds_labels_outside_the_fixed_sets(app: Flask) -> None:
+    from deploy.attack import served_models, unbounded_inference_series
+
+    models = served_models()
+    routes = {rule.rule for rule in app.url_map.iter_rules()}
+    assert models == {m for m in models if f"/v1/{m}" in routes or f"/v2/models/{m}/infer" in routes}
+    assert {"attention", "softmax", "log-likelihood", "sample"} <= models
+    client = app.test_client()
+    client.post("/v1/softmax", json=SOFTMAX)
+    client.post("/v2/models/zz-made-up/infer", json=SOFTMAX)
+    assert unbounded_inference_series(client.get("/metrics").get_data(as_text=True), models) == []
+    forged = 'attention_inference_requests_total{model="zz",protocol="v1",outcome="success"} 1.0\n'
+    assert len(unbounded_inference_series(forged, models)) == 1
+    forged = 'attention_inference_values_total{model="softmax",protocol="v9"} 1.0\n'
+    assert len(unbounded_inference_series(forged, models)) == 1
