@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "LICENSE", "service")
 START_SECONDS = 60.0
 STOP_SECONDS = 30.0
+LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")  # gunicorn's master, on stderr
 SEED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
 
 
@@ -54,13 +55,6 @@ def clean_env() -> dict[str, str]:
     """This environment without what would lead back to the checkout or its venv."""
     drop = {"PYTHONPATH", "VIRTUAL_ENV", "PROMETHEUS_MULTIPROC_DIR"}
     return {key: value for key, value in os.environ.items() if key not in drop}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def test_the_wheel_installs_and_the_console_script_serves_the_worked_example(tmp_path: Path) -> None:
@@ -109,11 +103,11 @@ def test_the_wheel_installs_and_the_console_script_serves_the_worked_example(tmp
     version = run([str(script), "--version"], timeout=60, cwd=tmp_path)
     assert version.split() == ["attention-service", tomllib_version()]
 
-    port = free_port()
     errors = tmp_path / "stderr.log"  # a file, not a pipe: nobody has to read it while the server runs
     with errors.open("w") as stderr:
         server = subprocess.Popen(
-            [str(script), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            # Port 0: the system picks a free one as gunicorn binds it, so no other server can take it first.
+            [str(script), "serve", "--host", "127.0.0.1", "--port", "0", "--workers", "1"],
             cwd=tmp_path,
             env=clean_env(),
             stdin=subprocess.DEVNULL,
@@ -121,9 +115,14 @@ def test_the_wheel_installs_and_the_console_script_serves_the_worked_example(tmp
             stderr=stderr,
         )
     try:
-        base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base, timeout=10) as client:
-            deadline = time.monotonic() + START_SECONDS
+        deadline = time.monotonic() + START_SECONDS
+        while not (listening := LISTENING.search(errors.read_text())):
+            assert server.poll() is None, (
+                f"the server exited ({server.returncode}): {errors.read_text()[-2000:]}"
+            )
+            assert time.monotonic() < deadline, f"no address logged within {START_SECONDS:.0f} s"
+            time.sleep(0.1)
+        with httpx.Client(base_url=f"http://127.0.0.1:{listening[1]}", timeout=10) as client:
             while True:
                 assert server.poll() is None, f"the server exited ({server.returncode})"
                 assert time.monotonic() < deadline, f"no /readyz within {START_SECONDS:.0f} s"
