@@ -1,4 +1,4 @@
-"""The attention service: masked attention, softmax with temperature and log-likelihood over HTTP."""
+"""The attention service: the core arithmetic of causal language models over HTTP (``create_app``)."""
 
 from __future__ import annotations
 
