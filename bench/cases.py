@@ -16,7 +16,7 @@ from service.kernels import (
     multi_head_attention,
     sequence_log_likelihood,
 )
-from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST
+from service.protocols.declarations.attention import EXAMPLE as ATTENTION_EXAMPLE_REQUEST
 from service.requests import PRECISIONS
 
 Floor = Callable[[dict[str, Any]], dict[str, Any]]

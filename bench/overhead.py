@@ -26,16 +26,14 @@ from werkzeug.test import EnvironBuilder
 
 from bench.bare import app as bare_app
 from service import create_app
-from service.protocols.v1.examples import (
-    ATTENTION_EXAMPLE_REQUEST,
-    LIKELIHOOD_EXAMPLE_REQUEST,
-    SOFTMAX_EXAMPLE_REQUEST,
-)
+from service.protocols.declarations.model import declared_models
+
+EXAMPLES = {name: dict(model.example) for name, model in declared_models().items()}
 
 SEEDS: dict[str, tuple[str, dict[str, Any]]] = {
-    "attention (seed)": ("/v1/attention", ATTENTION_EXAMPLE_REQUEST),
-    "softmax (seed)": ("/v1/softmax", SOFTMAX_EXAMPLE_REQUEST),
-    "log-likelihood (seed)": ("/v1/log-likelihood", LIKELIHOOD_EXAMPLE_REQUEST),
+    "attention (seed)": ("/v1/attention", EXAMPLES["attention"]),
+    "softmax (seed)": ("/v1/softmax", EXAMPLES["softmax"]),
+    "log-likelihood (seed)": ("/v1/log-likelihood", EXAMPLES["log-likelihood"]),
 }
 
 
@@ -90,7 +88,7 @@ def measure(requests: int = 2000, rounds: int = 5) -> list[OverheadRow]:
     alike."""
     app = create_app()
     seeds = {name: (app, path, orjson.dumps(body)) for name, (path, body) in SEEDS.items()}
-    seeds["bare Flask app"] = (bare_app, "/v1/attention", orjson.dumps(ATTENTION_EXAMPLE_REQUEST))
+    seeds["bare Flask app"] = (bare_app, "/v1/attention", orjson.dumps(EXAMPLES["attention"]))
     ways = {"client": _poster, "direct": _direct_caller}
     actions = {(name, way): make(*seed) for name, seed in seeds.items() for way, make in ways.items()}
     means: dict[tuple[str, str], list[float]] = {key: [] for key in actions}

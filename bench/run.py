@@ -26,11 +26,9 @@ from bench.bare import APP as BARE_APP
 from bench.cases import Case, all_cases, floor_bytes
 from deploy.launch import MIB, SERVICE_APP, Server, serving
 from service import create_app
-from service.protocols.v1.examples import (
-    ATTENTION_EXAMPLE_REQUEST,
-    LIKELIHOOD_EXAMPLE_REQUEST,
-    MULTI_HEAD_EXAMPLE_REQUEST,
-)
+from service.protocols.declarations.model import declared_models
+
+EXAMPLES = {name: dict(model.example) for name, model in declared_models().items()}
 
 DEVNULL = open(os.devnull, "w")  # noqa: SIM115  (open for the whole run)
 
@@ -51,9 +49,9 @@ SMOKE = Budget(repeats=2, rounds=1, seconds=0.5, load_rounds=1, load_seconds=1.0
 
 # The smallest valid body per endpoint, to load lazily imported code before memory is measured.
 WARMUP_BODIES = {
-    "/v1/attention": orjson.dumps(ATTENTION_EXAMPLE_REQUEST),
-    "/v1/log-likelihood": orjson.dumps(LIKELIHOOD_EXAMPLE_REQUEST),
-    "/v1/multi-head-attention": orjson.dumps(MULTI_HEAD_EXAMPLE_REQUEST),
+    "/v1/attention": orjson.dumps(EXAMPLES["attention"]),
+    "/v1/log-likelihood": orjson.dumps(EXAMPLES["log-likelihood"]),
+    "/v1/multi-head-attention": orjson.dumps(EXAMPLES["multi-head-attention"]),
 }
 MEASURES = ("floor", "in_process", "http", "bare_http")
 V2_CASES = ("attention 512 weights", "attention 2048 output")  # the issue's /v2 targets

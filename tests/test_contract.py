@@ -7,7 +7,6 @@ sends them to the app in-process; no response may be a server error or break the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from scipy.special import softmax as scipy_softmax
 
 from service import create_app
 from service.contract import render_contract
+from service.protocols.declarations.model import ModelDeclaration, declared_models
 from service.protocols.v1 import examples
 from service.web.statuses import STATUSES
 from tests.conftest import CONTRACT_PATH
@@ -93,22 +93,12 @@ def test_documented_examples_are_what_the_endpoints_answer(client: FlaskClient, 
     assert_json_close(client.post(path, json=request).get_json(), response, rel=EXAMPLE_RTOL)
 
 
-@pytest.mark.parametrize(
-    "computed",
-    [
-        examples.computed_attention_example_response,
-        examples.computed_softmax_example_response,
-        examples.computed_likelihood_example_response,
-        examples.computed_multi_head_example_response,
-        examples.computed_positional_example_response,
-        examples.computed_sample_example_response,
-    ],
-)
-def test_example_digits_are_the_same_on_any_machine(computed: Callable[[], Any]) -> None:
+@pytest.mark.parametrize("model", list(declared_models().values()), ids=list(declared_models()))
+def test_example_digits_are_the_same_on_any_machine(model: ModelDeclaration) -> None:
     # Another CPU's arithmetic path may move a result by a few units in the last place (~1e-16). No
     # example may sit so close to a rounding boundary that such a move changes its printed digits: here
     # a move of 1e-14 relative (about 50 units in the last place) keeps every rounded digit.
-    for value in _floats(computed()):
+    for value in _floats(examples.computed_example_response(model)):
         rounded = examples.round_floats(value)
         for moved in (value * (1 - 1e-14), value * (1 + 1e-14)):
             assert examples.round_floats(moved) == rounded, f"{value!r} is too close to a rounding boundary"

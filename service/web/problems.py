@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import Any
 from urllib.parse import urlsplit
@@ -130,21 +130,45 @@ def _escape_surrogates(value: Any) -> Any:
 def _field_errors(messages: Any, schema: ma.Schema | None) -> dict[str, list[str]]:
     """Messages per field, at most MAX_REPORTED_FIELDS fields and MAX_MESSAGES_PER_FIELD messages each.
 
-    A body with a million unknown fields must not become a million-entry answer.
+    A field inside a nested object is named by its path (``rotary.base``), as /v2 names its parameters. A
+    body with a million unknown fields must not become a million-entry answer.
     """
     if not isinstance(messages, Mapping):
         return {"body": [str(m) for m in _as_list(messages)[:MAX_MESSAGES_PER_FIELD]]}
     errors: dict[str, list[str]] = {}
-    for field, field_messages in islice(messages.items(), MAX_REPORTED_FIELDS):
-        name = "body" if field == "_schema" else str(field)
-        texts = [str(m) for m in _as_list(field_messages)[:MAX_MESSAGES_PER_FIELD]]
-        if texts == ["Unknown field."] and schema is not None:
-            texts = [_unknown_field_message(name, list(schema.fields))]
+    for name, texts in islice(_messages_by_path(messages, schema, ""), MAX_REPORTED_FIELDS):
         errors.setdefault(name, []).extend(texts)
     if len(messages) > MAX_REPORTED_FIELDS:
         more = len(messages) - MAX_REPORTED_FIELDS
         errors.setdefault("body", []).append(f"{more:,} more fields have errors that are not listed here.")
     return errors
+
+
+def _messages_by_path(
+    messages: Mapping[Any, Any], schema: ma.Schema | None, prefix: str
+) -> Iterator[tuple[str, list[str]]]:
+    for field, field_messages in messages.items():
+        name = (prefix.rstrip(".") or "body") if field == "_schema" else f"{prefix}{field}"
+        declared = _declared(schema, str(field))
+        if isinstance(field_messages, Mapping) and isinstance(declared, ma.fields.Nested):
+            nested = declared.schema if isinstance(declared.schema, ma.Schema) else None
+            yield from _messages_by_path(field_messages, nested, f"{name}.")
+            continue
+        texts = [str(m) for m in _as_list(field_messages)[:MAX_MESSAGES_PER_FIELD]]
+        if texts == ["Unknown field."] and schema is not None:
+            texts = [_unknown_field_message(str(field), _field_names(schema))]
+        yield name, texts
+
+
+def _declared(schema: ma.Schema | None, name: str) -> ma.fields.Field[Any] | None:
+    """The field of ``schema`` read from the body's member ``name``."""
+    if schema is None:
+        return None
+    return next((f for key, f in schema.fields.items() if (f.data_key or key) == name), None)
+
+
+def _field_names(schema: ma.Schema) -> list[str]:
+    return [declared.data_key or name for name, declared in schema.fields.items()]
 
 
 def refuse_many_unknown_fields(data: Mapping[str, Any], schema: ma.Schema) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
-from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST
+from service.protocols.declarations.attention import EXAMPLE as ATTENTION_EXAMPLE_REQUEST
 from tests.problems import assert_problem
 
 SEED = ATTENTION_EXAMPLE_REQUEST  # the course's worked example

@@ -81,7 +81,7 @@ BASE = {
         ({"enable_gqa": True, "softcap": -2.5}, "softcap"),
         ({"enable_gqa": True, "rotary": {"dim": 3}}, "rotary.dim"),
         ({"enable_gqa": True, "rotary": {"dim": 6}}, "rotary.dim"),
-        ({"enable_gqa": True, "rotary": {"style": "spiral"}}, "rotary"),
+        ({"enable_gqa": True, "rotary": {"style": "spiral"}}, "rotary.style"),
         ({"enable_gqa": True, "alibi_slopes": [0.5, 0.25, 0.125]}, "alibi_slopes"),
         ({"enable_gqa": "yes"}, "enable_gqa"),
         ({}, "key"),  # without enable_gqa, 4 query heads and 2 key heads do not broadcast

@@ -13,7 +13,7 @@ from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
 from service import create_app
-from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST
+from service.protocols.declarations.attention import EXAMPLE as ATTENTION_EXAMPLE_REQUEST
 from tests.conftest import CONTRACT_PATH
 from tests.problems import assert_problem
 

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.launch import Server, start
-from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST
+from service.protocols.declarations.attention import EXAMPLE as ATTENTION_EXAMPLE_REQUEST
 from tests.deploy import slow_app
 
 pytestmark = pytest.mark.gunicorn

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from service import create_app
-from service.protocols.v1 import examples
+from service.protocols.declarations.model import declared_models
 from service.site.meta import ROUTES_EXTENSION
 from service.web.json_provider import dumps_bytes
 
-ATTENTION = examples.ATTENTION_EXAMPLE_REQUEST
+EXAMPLES = {name: dict(model.example) for name, model in declared_models().items()}
+ATTENTION = EXAMPLES["attention"]
 ANSWERED = [
     ("/v1/attention", {**ATTENTION, "include": ["scores", "weights", "logsumexp"]}),
     (
@@ -29,13 +30,13 @@ ANSWERED = [
         },
     ),
     ("/v1/attention", {**ATTENTION, "query": [0.5, 1], "include": ["logsumexp"]}),  # 0-d logsumexp
-    ("/v1/softmax", {**examples.SOFTMAX_EXAMPLE_REQUEST, "include": ["log_probabilities"]}),
+    ("/v1/softmax", {**EXAMPLES["softmax"], "include": ["log_probabilities"]}),
     ("/v1/softmax", {"logits": [1.0, 2.0, 3.0], "precision": "float32"}),  # 0-d entropy and argmax
-    ("/v1/log-likelihood", {**examples.LIKELIHOOD_EXAMPLE_REQUEST, "top_logprobs": 2}),
-    ("/v1/multi-head-attention", examples.MULTI_HEAD_EXAMPLE_REQUEST),
-    ("/v1/positional-encoding", examples.POSITIONAL_EXAMPLE_REQUEST),
+    ("/v1/log-likelihood", {**EXAMPLES["log-likelihood"], "top_logprobs": 2}),
+    ("/v1/multi-head-attention", EXAMPLES["multi-head-attention"]),
+    ("/v1/positional-encoding", EXAMPLES["positional-encoding"]),
     ("/v1/positional-encoding", {"kind": "rotary", "x": [[1.0, 0.0], [0.0, 1.0]], "include": ["tables"]}),
-    ("/v1/sample", examples.SAMPLE_EXAMPLE_REQUEST),
+    ("/v1/sample", EXAMPLES["sample"]),
 ]
 
 

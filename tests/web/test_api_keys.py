@@ -8,7 +8,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from service import create_app
-from service.protocols.v1.examples import ATTENTION_EXAMPLE_REQUEST
+from service.protocols.declarations.attention import EXAMPLE as ATTENTION_EXAMPLE_REQUEST
 from service.settings import Settings
 from service.web.api_keys import SECURITY_SCHEME, is_protected, key_is_valid
 from tests.conftest import ContractCheckingClient

@@ -64,6 +64,11 @@ class Array(fields.Field[np.ndarray]):
         return value
 
     def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> np.ndarray:
+        if isinstance(value, np.ndarray):
+            # A /v2 tensor: its codec made the array and checked its datatype (this field's kind), its
+            # size and its finiteness; its rank is this field's rule.
+            self._check_rank(value.ndim)
+            return value
         rank = self._rank_of(value)
         leaf_types = _leaf_types(value, rank)
         if not leaf_types <= _ALLOWED_LEAF_TYPES[self.kind]:
@@ -101,6 +106,10 @@ class Array(fields.Field[np.ndarray]):
             if rank > self.max_rank:
                 break
             probe = probe[0]
+        self._check_rank(rank)
+        return rank
+
+    def _check_rank(self, rank: int) -> None:
         if not self.min_rank <= rank <= self.max_rank:
             expected = (
                 f"rank {self.min_rank}"
@@ -109,7 +118,6 @@ class Array(fields.Field[np.ndarray]):
             )
             got = "a scalar" if rank == 0 else f"rank {rank}" + (" or more" if rank > self.max_rank else "")
             raise ValidationError(f"must be an array of {expected}{self._shape_note()}, got {got}.")
-        return rank
 
     def _kind_plural(self) -> str:
         return {"number": "numbers", "integer": "integers", "boolean": "booleans (true/false)"}[self.kind]

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any, get_args
 
+import numpy as np
 from marshmallow import fields, post_load, validate
 
 from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy, RotaryStyle
 from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import IncludeList, one_of, precision_field, within
 from service.protocols.declarations.fields import StrictBoolean, StrictFloat, StrictInteger
+from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
 from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import AttentionOutput, AttentionRequest
 
@@ -175,8 +176,9 @@ class AttentionResponseSchema(ResponseSchema):
     )
 
 
-def attention_response(result: AttentionResult, *, include: Collection[str]) -> dict[str, Any]:
+def attention_response(result: AttentionResult, request: AttentionRequest) -> dict[str, Any]:
     """The response body for ``result``: the output and whichever of ATTENTION_INCLUDES were asked for."""
+    include = request.include
     # In the documented order (the response schema's), as the answers always were.
     body: dict[str, Any] = {"output": result.output}
     body.update(
@@ -184,3 +186,31 @@ def attention_response(result: AttentionResult, *, include: Collection[str]) -> 
     )
     body.update(scale=result.scale, empty_rows=result.empty_rows)
     return body
+
+
+def _scalar(value: float) -> np.ndarray:
+    return np.asarray(value, dtype=np.float64)
+
+
+# The course's worked example: weights ≈ [0.3302, 0.6698], output ≈ [1.9814, 2.0093].
+EXAMPLE: dict[str, Any] = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+
+MODEL = ModelDeclaration(
+    name="attention",
+    topic="Masked scaled dot-product attention.",
+    summary="Scaled dot-product attention with optional mask, causal mask and bias.",
+    description="scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives "
+    "the weights, and the output mixes the values with them.",
+    request=AttentionRequestSchema,
+    response=AttentionResponseSchema,
+    answer=attention_response,
+    outputs=(
+        OutputSpec("output", FOLLOWS_PRECISION, lambda r: r.output),
+        OutputSpec("weights", FOLLOWS_PRECISION, lambda r: r.weights),
+        OutputSpec("scores", FOLLOWS_PRECISION, lambda r: r.scores, default=False),
+        OutputSpec("logsumexp", FOLLOWS_PRECISION, lambda r: r.logsumexp, default=False),
+        OutputSpec("scale", "FP64", lambda r: _scalar(r.scale)),
+        OutputSpec("empty_rows", "INT64", lambda r: r.empty_rows, shape=(-1, -1)),
+    ),
+    example=EXAMPLE,
+)

@@ -11,6 +11,7 @@ from service.kernels import LikelihoodResult
 from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import precision_field, within
 from service.protocols.declarations.fields import StrictBoolean, StrictFloat, StrictInteger
+from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
 from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import LikelihoodRequest
 
@@ -106,7 +107,7 @@ class LikelihoodResponseSchema(ResponseSchema):
     )
 
 
-def likelihood_response(result: LikelihoodResult) -> dict[str, Any]:
+def likelihood_response(result: LikelihoodResult, request: LikelihoodRequest) -> dict[str, Any]:
     """Shape the kernel's result for JSON: unscored positions become null."""
     ranks = result.ranks.astype(object)
     ranks[~result.scored] = None
@@ -133,3 +134,36 @@ def _top_logprobs(ids: np.ndarray, values: np.ndarray, scored: np.ndarray) -> An
         else None
         for row_ids, row_values, is_scored in zip(ids.tolist(), values.tolist(), scored.tolist(), strict=True)
     ]
+
+
+def _lists_top(request: LikelihoodRequest) -> bool:
+    """top_logprobs and top_tokens exist when the top_logprobs parameter asks for some (as in /v1)."""
+    return request.top_logprobs > 0
+
+
+MODEL = ModelDeclaration(
+    name="log-likelihood",
+    topic="Log-likelihood of token sequences.",
+    summary="Per-token log-probabilities and ranks, and per-sequence log-likelihood, NLL and perplexity.",
+    request=LikelihoodRequestSchema,
+    response=LikelihoodResponseSchema,
+    answer=likelihood_response,
+    outputs=(
+        OutputSpec("token_logprobs", FOLLOWS_PRECISION, lambda r: r.token_logprobs),
+        OutputSpec("ranks", "INT64", lambda r: r.ranks),
+        OutputSpec("log_likelihood", FOLLOWS_PRECISION, lambda r: r.log_likelihood),
+        OutputSpec("num_tokens", "INT64", lambda r: r.num_tokens),
+        OutputSpec("mean_nll", FOLLOWS_PRECISION, lambda r: r.mean_nll),
+        OutputSpec("perplexity", FOLLOWS_PRECISION, lambda r: r.perplexity),
+        OutputSpec("is_greedy", "BOOL", lambda r: r.is_greedy),
+        OutputSpec(
+            "top_logprobs", FOLLOWS_PRECISION, lambda r: r.top_values, shape=(-1, -1), available=_lists_top
+        ),
+        OutputSpec("top_tokens", "INT64", lambda r: r.top_ids, shape=(-1, -1), available=_lists_top),
+    ),
+    example={
+        "logits": [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3], [0.0, 0.2, 2.2]],
+        "targets": [0, 1, 2],
+        "shift": True,
+    },
+)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
+import numpy as np
 from marshmallow import fields, post_load, validate
 
 from service.kernels import MultiHeadResult
@@ -12,6 +12,7 @@ from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.attention import AttentionOptionsSchema, IndexRows
 from service.protocols.declarations.common import IncludeList
 from service.protocols.declarations.fields import StrictInteger
+from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
 from service.protocols.declarations.schemas import ResponseSchema
 from service.requests import MultiHeadOutput, MultiHeadRequest
 
@@ -89,8 +90,9 @@ class MultiHeadResponseSchema(ResponseSchema):
     )
 
 
-def multi_head_response(result: MultiHeadResult, *, include: Collection[str]) -> dict[str, Any]:
+def multi_head_response(result: MultiHeadResult, request: MultiHeadRequest) -> dict[str, Any]:
     """The response body: the output and whichever steps were asked for."""
+    include = request.include
     # In the documented order (the response schema's), as the answers always were.
     body: dict[str, Any] = {"output": result.output}
     body.update(
@@ -102,3 +104,40 @@ def multi_head_response(result: MultiHeadResult, *, include: Collection[str]) ->
     )
     body.update(scale=result.scale, empty_rows=result.empty_rows)
     return body
+
+
+MODEL = ModelDeclaration(
+    name="multi-head-attention",
+    topic="A multi-head attention layer.",
+    summary="A multi-head attention layer: projections, attention per head, concatenation, output "
+    "projection.",
+    description="Q = query @ w_q + b_q (and K, V likewise) split into heads; each head is /v1/attention with "
+    "every option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads "
+    "shares key/value heads (grouped-query attention).",
+    request=MultiHeadRequestSchema,
+    response=MultiHeadResponseSchema,
+    answer=multi_head_response,
+    outputs=(
+        OutputSpec("output", FOLLOWS_PRECISION, lambda r: r.output),
+        OutputSpec("weights", FOLLOWS_PRECISION, lambda r: r.weights),
+        OutputSpec("scores", FOLLOWS_PRECISION, lambda r: r.scores, default=False),
+        OutputSpec("heads", FOLLOWS_PRECISION, lambda r: r.heads, default=False),
+        OutputSpec("q", FOLLOWS_PRECISION, lambda r: r.q, default=False),
+        OutputSpec("k", FOLLOWS_PRECISION, lambda r: r.k, default=False),
+        OutputSpec("v", FOLLOWS_PRECISION, lambda r: r.v, default=False),
+        OutputSpec("scale", "FP64", lambda r: np.asarray(r.scale, dtype=np.float64)),
+        OutputSpec("empty_rows", "INT64", lambda r: r.empty_rows, shape=(-1, -1)),
+    ),
+    # Two tokens, d_model = 2, two heads of width 1, the identity as every projection: each head attends
+    # over one feature, so the layer's arithmetic can be followed by hand.
+    example={
+        "query": [[1.0, 0.0], [0.0, 1.0]],
+        "w_q": [[1.0, 0.0], [0.0, 1.0]],
+        "w_k": [[1.0, 0.0], [0.0, 1.0]],
+        "w_v": [[1.0, 0.0], [0.0, 1.0]],
+        "w_o": [[1.0, 0.0], [0.0, 1.0]],
+        "num_heads": 2,
+        "causal": True,
+        "include": ["weights"],
+    },
+)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 from marshmallow import fields, post_load, validate
@@ -11,6 +10,7 @@ from service.kernels import RotaryStyle
 from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import IncludeList, one_of, precision_field, within
 from service.protocols.declarations.fields import StrictFloat, StrictInteger
+from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
 from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import PositionalEncodingRequest, PositionalOutput
 from service.requests._positions import EncodingKind, PositionalEncodingResult
@@ -78,8 +78,38 @@ class PositionalEncodingResponseSchema(ResponseSchema):
 
 
 def positional_encoding_response(
-    result: PositionalEncodingResult, *, include: Collection[str]
+    result: PositionalEncodingResult, request: PositionalEncodingRequest
 ) -> dict[str, Any]:
     """The response body: the table, or the rotated rows (and the tables when asked for)."""
     body = {name: getattr(result, name) for name in ("encoding", "output", "cos", "sin")}
     return {name: value for name, value in body.items() if value is not None}
+
+
+def _is_rotary(request: PositionalEncodingRequest) -> bool:
+    return request.kind == "rotary"
+
+
+def _is_sinusoidal(request: PositionalEncodingRequest) -> bool:
+    return request.kind == "sinusoidal"
+
+
+MODEL = ModelDeclaration(
+    name="positional-encoding",
+    topic="Sinusoidal and rotary positional encodings.",
+    summary="The sinusoidal table for some positions, or rotary embedding applied to rows at their "
+    "positions.",
+    request=PositionalEncodingRequestSchema,
+    response=PositionalEncodingResponseSchema,
+    answer=positional_encoding_response,
+    outputs=(
+        OutputSpec("encoding", FOLLOWS_PRECISION, lambda r: r.encoding, available=_is_sinusoidal),
+        OutputSpec("output", FOLLOWS_PRECISION, lambda r: r.output, available=_is_rotary),
+        OutputSpec(
+            "cos", FOLLOWS_PRECISION, lambda r: r.cos, default=False, available=_is_rotary, include="tables"
+        ),
+        OutputSpec(
+            "sin", FOLLOWS_PRECISION, lambda r: r.sin, default=False, available=_is_rotary, include="tables"
+        ),
+    ),
+    example={"kind": "sinusoidal", "length": 3, "d_model": 4},
+)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from marshmallow import fields, post_load
 
 from service.kernels import SampleResult
 from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import within
 from service.protocols.declarations.fields import StrictFloat, StrictInteger
+from service.protocols.declarations.model import ModelDeclaration, OutputSpec
 from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.protocols.declarations.softmax import DISTRIBUTION_FIELDS
 from service.requests import SampleRequest
@@ -71,6 +73,25 @@ class SampleResponseSchema(ResponseSchema):
     )
 
 
-def sample_response(result: SampleResult) -> dict[str, Any]:
+def sample_response(result: SampleResult, request: SampleRequest) -> dict[str, Any]:
     """The response body for ``result``."""
     return {"tokens": result.tokens, "logprobs": result.logprobs, "seed": result.seed}
+
+
+MODEL = ModelDeclaration(
+    name="sample",
+    topic="Seeded sampling with temperature, top-k, top-p and min-p.",
+    summary="Tokens drawn from each row of the logits, reproducibly from a seed.",
+    description="From the distribution /v1/softmax shows: temperature, top_k, top_p, min_p, each on what is "
+    "left.",
+    request=SampleRequestSchema,
+    response=SampleResponseSchema,
+    answer=sample_response,
+    outputs=(
+        OutputSpec("tokens", "INT64", lambda r: r.tokens),
+        OutputSpec("logprobs", "FP64", lambda r: r.logprobs),
+        OutputSpec("seed", "INT64", lambda r: np.asarray(r.seed, dtype=np.int64)),
+    ),
+    # The softmax example's logits, drawn from eight times with a seed: the same tokens on every machine.
+    example={"logits": [2.0, 1.0, 0.1], "num_samples": 8, "seed": 0},
+)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
+import numpy as np
 from marshmallow import fields, post_load
 
 from service.kernels import SoftmaxResult
 from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import IncludeList, precision_field, within
 from service.protocols.declarations.fields import StrictFloat, StrictInteger
+from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
 from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.requests import SoftmaxOutput, SoftmaxRequest
 
@@ -83,11 +84,31 @@ class SoftmaxResponseSchema(ResponseSchema):
     temperature = fields.Float(required=True, metadata={"description": "The temperature that was used."})
 
 
-def softmax_response(result: SoftmaxResult, *, include: Collection[str]) -> dict[str, Any]:
+def softmax_response(result: SoftmaxResult, request: SoftmaxRequest) -> dict[str, Any]:
     """The response body for ``result``, with the log-probabilities when they were asked for."""
+    include = request.include
     # In the documented order (the response schema's), as the answers always were.
     body: dict[str, Any] = {"probabilities": result.probabilities}
     if "log_probabilities" in include:
         body["log_probabilities"] = result.log_probabilities
     body.update(entropy=result.entropy, argmax=result.argmax, temperature=result.temperature)
     return body
+
+
+MODEL = ModelDeclaration(
+    name="softmax",
+    topic="Softmax with temperature, top-k, top-p and min-p.",
+    summary="Probabilities over the last axis of the logits, after mask, temperature, top-k, top-p and "
+    "min-p.",
+    request=SoftmaxRequestSchema,
+    response=SoftmaxResponseSchema,
+    answer=softmax_response,
+    outputs=(
+        OutputSpec("probabilities", FOLLOWS_PRECISION, lambda r: r.probabilities),
+        OutputSpec("log_probabilities", FOLLOWS_PRECISION, lambda r: r.log_probabilities, default=False),
+        OutputSpec("entropy", FOLLOWS_PRECISION, lambda r: r.entropy),
+        OutputSpec("argmax", "INT64", lambda r: r.argmax),
+        OutputSpec("temperature", "FP64", lambda r: np.asarray(r.temperature, dtype=np.float64)),
+    ),
+    example={"logits": [2.0, 1.0, 0.1], "temperature": 0.5},
+)

@@ -66,6 +66,11 @@ class ModelMetadataSchema(ResponseSchema):
     name = fields.String(required=True)
     versions = fields.List(fields.String(), required=True)
     platform = fields.String(required=True)
+    parameters = fields.Dict(
+        keys=fields.String(),
+        values=fields.String(),
+        metadata={"description": "leading_dimensions: how to read the shapes (each the least rank)."},
+    )
     inputs = fields.List(fields.Nested(MetadataTensorSchema), required=True)
     outputs = fields.List(fields.Nested(MetadataTensorSchema), required=True)
 

@@ -107,8 +107,8 @@ def decode_inputs(
     tensors: object, binary: memoryview, specs: Mapping[str, InputSpec]
 ) -> dict[str, np.ndarray]:
     """The request's input tensors as arrays, by name; every size is checked before an array is made."""
-    if not isinstance(tensors, list) or not tensors:
-        raise malformed("inputs must be a non-empty list of tensors.", field="inputs")
+    if not isinstance(tensors, list):
+        raise malformed("inputs must be a list of tensors.", field="inputs")
     if len(tensors) > len(specs):  # before reading any: a million tensors are refused at once
         raise invalid(
             f"this model takes at most {len(specs)} input tensors ({', '.join(specs)}), "

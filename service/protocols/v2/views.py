@@ -1,6 +1,6 @@
 """/v2: the Open Inference Protocol (KServe v2) over HTTP, with the binary tensor data extension.
 
-One route set per model (attention, softmax, log-likelihood), with and without ``/versions/1``. An infer
+One route set per declared model (service.protocols.v2.models), with and without ``/versions/1``. An infer
 request travels like a /v1 one: bytes → the same typed request → ``run_admitted`` (limits, a compute
 slot, the kernel) → bytes; only the codec differs. Errors are the /v1 problem documents plus the
 protocol's ``error`` member (service.web.problems adds it under /v2).
@@ -9,6 +9,7 @@ protocol's ``error`` member (service.web.problems adds it under /v2).
 from __future__ import annotations
 
 import re
+from itertools import islice
 from typing import Any
 
 from flask import Response, request
@@ -17,7 +18,15 @@ from werkzeug.exceptions import NotFound
 
 from service.identity import API_VERSION
 from service.protocols.declarations.errors import COMPUTE_ERRORS
-from service.protocols.v2.models import BINARY_DATA_OUTPUT, MODELS, VERSION, Model, OutputSpec, Request
+from service.protocols.declarations.model import OutputSpec
+from service.protocols.v2.models import (
+    BINARY_DATA_OUTPUT,
+    INCLUDE,
+    MODELS,
+    PRECISION,
+    VERSION,
+    Model,
+)
 from service.protocols.v2.schemas import (
     BINARY_REQUEST,
     BINARY_RESPONSE,
@@ -48,6 +57,7 @@ from service.web.encodings import read_decoded_body
 from service.web.json_provider import dumps_bytes
 from service.web.limits import JSON_ANSWER, AnswerEncoding, binary_answer
 from service.web.problems import (
+    MAX_REPORTED_FIELDS,
     Problem,
     did_you_mean,
     problem_from_http_exception,
@@ -68,6 +78,11 @@ SERVER_NAME = "attention-service"
 EXTENSIONS = ["binary_tensor_data", "parameters", "model_configuration"]
 OUTPUT_BINARY_DATA = "binary_data"  # the one output parameter (binary tensor data extension)
 INFER_ERRORS = (*COMPUTE_ERRORS, 422)
+# What a tensor's metadata shape means: the least rank it takes, every dimension variable.
+LEADING_DIMENSIONS = (
+    "Each shape gives the least rank a tensor takes; tensors may have more leading dimensions, which "
+    "broadcast against each other's (as NumPy's), and the outputs have the inputs' leading dimensions."
+)
 
 
 @routes.get("", operation_id="serverMetadata", response=ServerMetadataSchema)
@@ -188,12 +203,17 @@ def model_metadata(model: Model) -> dict[str, Any]:
         "name": model.name,
         "versions": [VERSION],
         "platform": "numpy",
+        "parameters": {"leading_dimensions": LEADING_DIMENSIONS},
         "inputs": [
             {"name": name, "datatype": spec.datatypes[0], "shape": list(spec.shape)}
             for name, spec in model.inputs.items()
         ],
         "outputs": [
-            {"name": name, "datatype": model.output_datatype(spec, "float64"), "shape": list(spec.shape)}
+            {
+                "name": name,
+                "datatype": model.output_datatype(spec, "float64"),
+                "shape": list(model.metadata_shape(spec)),
+            }
             for name, spec in model.outputs.items()
         ],
     }
@@ -207,21 +227,11 @@ def _infer(model: Model) -> Response:
     if request_id is not None and not isinstance(request_id, str):
         raise malformed("id must be a string.", field="id")
     arrays = decode_inputs(document.get("inputs"), binary, model.inputs)
-
-    raw_parameters = document.get("parameters")
-    if raw_parameters is None:
-        raw_parameters = {}
-    if not isinstance(raw_parameters, dict):
-        raise malformed("parameters must be an object.", field="parameters")
-    try:
-        options: dict[str, Any] = model.parameters.load(raw_parameters)
-    except ValidationError as error:
-        raise problem_from_validation_messages(error.messages, model.parameters) from None
-    binary_by_default: bool = options.pop(BINARY_DATA_OUTPUT)
-    if "precision" in model.parameters.fields and raw_parameters.get("precision") is None:
+    parameters, binary_by_default = _parameters(document.get("parameters"), model)
+    if PRECISION in model.parameter_fields and parameters.get(PRECISION) is None:
         # The answer's float type follows the inputs': FP32 throughout gives float32.
         floats = [array.dtype for array in arrays.values() if array.dtype.kind == "f"]
-        options["precision"] = "float32" if floats and all(d.itemsize == 4 for d in floats) else "float64"
+        parameters[PRECISION] = "float32" if floats and all(d.itemsize == 4 for d in floats) else "float64"
 
     explicit = _requested_outputs(document.get("outputs"), model, binary_by_default)
     chosen = (
@@ -229,9 +239,16 @@ def _infer(model: Model) -> Response:
         if explicit is not None
         else frozenset(name for name, spec in model.outputs.items() if spec.default)
     )
-    typed = model.build(arrays, options, chosen)
+    body = model.body(arrays, parameters)
+    if model.include_choices:
+        body[INCLUDE] = model.include_for(chosen)
+    schema = model.declaration.request_schema
+    try:
+        typed = schema.load(body)
+    except ValidationError as error:
+        raise problem_from_validation_messages(error.messages, schema) from None
     answered = _answered_outputs(model, typed, explicit, binary_by_default)
-    result = run_admitted(typed, _answer_encoding(model, answered, options.get("precision", "float64")))
+    result = run_admitted(typed, _answer_encoding(model, answered, parameters.get(PRECISION) or "float64"))
 
     tensors = [
         OutputTensor(name, array, binary)
@@ -249,6 +266,33 @@ def _infer(model: Model) -> Response:
     response.headers[HEADER_LENGTH] = str(len(head))
     response.content_length = len(head) + sum(len(chunk) for chunk in chunks)
     return response
+
+
+def _parameters(raw: object, model: Model) -> tuple[dict[str, Any], bool]:
+    """The request's parameters by path, each a field of the model's request schema (checked by it when the
+    body is loaded), and whether outputs are binary by default (the extension's ``binary_data_output``)."""
+    if raw is None:
+        return {}, False
+    if not isinstance(raw, dict):
+        raise malformed("parameters must be an object.", field="parameters")
+    parameters = dict(raw)
+    binary_by_default = parameters.pop(BINARY_DATA_OUTPUT, None)
+    if binary_by_default is None:
+        binary_by_default = False
+    if not isinstance(binary_by_default, bool):
+        raise invalid("Not a valid boolean.", field=BINARY_DATA_OUTPUT)
+    unknown = parameters.keys() - model.parameter_fields.keys()
+    if unknown:
+        tensors = sorted(unknown & model.inputs.keys())
+        if tensors:
+            raise invalid(
+                "is an input tensor of this model: send it in inputs, not parameters.", field=tensors[0]
+            )
+        listed = islice((name for name in parameters if name in unknown), MAX_REPORTED_FIELDS)
+        raise problem_from_validation_messages(
+            {name: ["Unknown field."] for name in listed}, model.parameters
+        )
+    return parameters, binary_by_default
 
 
 def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -> dict[str, bool] | None:
@@ -295,7 +339,7 @@ def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -
 
 
 def _answered_outputs(
-    model: Model, typed: Request, explicit: dict[str, bool] | None, binary_by_default: bool
+    model: Model, typed: Any, explicit: dict[str, bool] | None, binary_by_default: bool
 ) -> dict[str, bool]:
     """The outputs the answer holds: those asked for (each available), or every default available one."""
     if explicit is None:
@@ -317,5 +361,5 @@ def _answer_encoding(model: Model, answered: dict[str, bool], precision: str) ->
     return binary_answer(widest)
 
 
-def _is_default(spec: OutputSpec, typed: Request) -> bool:
+def _is_default(spec: OutputSpec, typed: Any) -> bool:
     return spec.default and spec.available(typed)

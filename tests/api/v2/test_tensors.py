@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import yaml
 
+from service.protocols.v2.models import MODELS
 from service.protocols.v2.tensors import InputSpec, OutputTensor, decode_inputs, encode_outputs, split_body
 from service.web.json_provider import dumps_bytes
 from service.web.problems import Problem
@@ -79,7 +80,7 @@ def test_header_lengths_outside_the_body_or_not_numbers_are_refused(header_lengt
 def test_every_v2_infer_operation_documents_both_bodies_the_header_and_its_errors() -> None:
     paths = yaml.safe_load(CONTRACT_PATH.read_text())["paths"]
     infer = [path for path in paths if path.startswith("/v2/") and path.endswith("/infer")]
-    assert len(infer) == 8  # four models, with and without /versions/1
+    assert len(infer) == 2 * len(MODELS)  # every model, with and without /versions/1
     for path in infer:
         operation = paths[path]["post"]
         assert set(operation["requestBody"]["content"]) == {"application/json", "application/octet-stream"}

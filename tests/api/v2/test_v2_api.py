@@ -119,6 +119,10 @@ def test_server_metadata_names_the_extensions(client: FlaskClient) -> None:
     assert client.get("/v2/health/ready").get_json() == {"ready": True}
 
 
+MULTI_HEAD_INPUTS = ["query", "key", "value", "w_q", "w_k", "w_v", "w_o", "b_q", "b_k", "b_v", "b_o"]
+MULTI_HEAD_INPUTS += ["mask", "bias", "alibi_slopes"]
+
+
 @pytest.mark.parametrize("prefix", ["", "/versions/1"])
 @pytest.mark.parametrize(
     ("model", "inputs", "outputs"),
@@ -130,6 +134,13 @@ def test_server_metadata_names_the_extensions(client: FlaskClient) -> None:
         ),
         ("softmax", ["logits", "mask"], ["probabilities", "log_probabilities", "entropy", "argmax"]),
         ("log-likelihood", ["logits", "targets"], ["token_logprobs", "ranks", "top_logprobs", "top_tokens"]),
+        (
+            "multi-head-attention",
+            MULTI_HEAD_INPUTS,
+            ["output", "weights", "scores", "heads", "q", "k", "v", "scale", "empty_rows"],
+        ),
+        ("positional-encoding", ["positions", "x"], ["encoding", "output", "cos", "sin"]),
+        ("sample", ["logits", "mask"], ["tokens", "logprobs", "seed"]),
     ],
 )
 def test_model_metadata_and_readiness(
@@ -140,14 +151,17 @@ def test_model_metadata_and_readiness(
     assert metadata["versions"] == ["1"]
     assert [tensor["name"] for tensor in metadata["inputs"]] == inputs
     assert set(outputs) <= {tensor["name"] for tensor in metadata["outputs"]}
-    assert all(-1 in tensor["shape"] for tensor in metadata["inputs"])
+    # Honest about rank: the least rank each input takes, every dimension variable (leading dimensions
+    # broadcast, as the metadata's parameters say).
+    assert all(set(tensor["shape"]) <= {-1} for tensor in metadata["inputs"])
+    assert "broadcast" in metadata["parameters"]["leading_dimensions"]
     assert client.get(f"/v2/models/{model}{prefix}/ready").get_json() == {"name": model, "ready": True}
 
 
 @pytest.mark.parametrize(
     ("path", "field", "says"),
     [
-        ("/v2/models/gpt", "model", "'gpt'; the models are attention, softmax, log-likelihood"),
+        ("/v2/models/gpt", "model", "'gpt'; the models are attention, log-likelihood, multi-head-attention"),
         ("/v2/models/gpt/infer", "model", "'gpt'"),
         ("/v2/models/soft%20max/ready", "model", "'soft max'"),
         ("/v2/models/attention/versions/2", "version", "no version '2'; its only version is 1"),
@@ -170,6 +184,89 @@ def test_a_404_outside_v2_is_unchanged(client: FlaskClient) -> None:
 
 
 # ---- the same answers as /v1 ----
+
+
+def test_multi_head_attention_with_nested_and_list_options_equals_v1(client: FlaskClient) -> None:
+    """Every /v1 option reaches /v2: ``rotary`` by its members' paths, ``window`` as a list, binary tensors
+    for the weights, and the include list as the requested outputs."""
+    x = RNG.standard_normal((2, 5, 8))
+    columns = {"w_q": 8, "w_k": 4, "w_v": 4, "w_o": 8}  # 4 query heads of d_k 2, sharing 2 key/value heads
+    weights = {name: RNG.standard_normal((8, width)) for name, width in columns.items()}
+    parameters = {"num_heads": 4, "num_kv_heads": 2, "causal": True, "window": [2, 0], "softcap": 3.0}
+    rotary = {"base": 500.0, "style": "interleaved"}
+    tensors = [("query", x, "FP64"), *((name, w, "FP64") for name, w in weights.items())]
+    body, headers = binary_body(
+        tensors,
+        parameters={**parameters, **{f"rotary.{key}": value for key, value in rotary.items()}},
+        outputs=[{"name": name, "parameters": {"binary_data": True}} for name in ("output", "weights", "q")],
+    )
+    v2 = read_answer(client.post("/v2/models/multi-head-attention/infer", data=body, headers=headers))
+    v1 = _v1(
+        client,
+        "/v1/multi-head-attention",
+        {
+            "query": x.tolist(),
+            **{name: w.tolist() for name, w in weights.items()},
+            **parameters,
+            "rotary": rotary,
+            "include": ["weights", "q"],
+        },
+    )
+    assert set(v2) == {"output", "weights", "q"}
+    for name in v2:
+        assert_same(v2[name], as_v1(v1[name]))
+    assert v2["weights"].shape == (2, 4, 5, 5)
+
+
+def test_positional_encoding_without_input_tensors_and_with_tables_equals_v1(client: FlaskClient) -> None:
+    sinusoidal = read_answer(
+        client.post(
+            "/v2/models/positional-encoding/infer",
+            json={"inputs": [], "parameters": {"kind": "sinusoidal", "length": 3, "d_model": 4}},
+        )
+    )
+    v1 = _v1(client, "/v1/positional-encoding", {"kind": "sinusoidal", "length": 3, "d_model": 4})
+    assert set(sinusoidal) == {"encoding"}
+    assert_same(sinusoidal["encoding"], as_v1(v1["encoding"]))
+
+    x = RNG.standard_normal((3, 4))
+    rotary = read_answer(
+        client.post(
+            "/v2/models/positional-encoding/infer",
+            json={
+                "inputs": [json_tensor("x", x, "FP64")],
+                "parameters": {"kind": "rotary", "base": 100.0},
+                "outputs": [{"name": "output"}, {"name": "cos"}, {"name": "sin"}],
+            },
+        )
+    )
+    v1 = _v1(
+        client,
+        "/v1/positional-encoding",
+        {"kind": "rotary", "x": x.tolist(), "base": 100.0, "include": ["tables"]},
+    )
+    for name in ("output", "cos", "sin"):
+        assert_same(rotary[name], as_v1(v1[name]))
+
+
+def test_a_parameter_that_is_a_tensor_or_unknown_is_refused_naming_it(client: FlaskClient) -> None:
+    inputs = [json_tensor("logits", np.array([1.0, 2.0]), "FP64")]
+    response = client.post(
+        "/v2/models/softmax/infer", json={"inputs": inputs, "parameters": {"mask": [True, False]}}
+    )
+    assert_problem(response, 422, field="mask", says="input tensor")
+    response = client.post(
+        "/v2/models/softmax/infer", json={"inputs": inputs, "parameters": {"temprature": 2.0}}
+    )
+    assert_problem(response, 422, field="temprature", says="Did you mean 'temperature'?")
+    response = client.post(
+        "/v2/models/attention/infer",
+        json={
+            "inputs": [json_tensor(n, np.eye(2), "FP64") for n in ("query", "key", "value")],
+            "parameters": {"rotary.bas": 2.0},
+        },
+    )
+    assert_problem(response, 422, field="rotary.bas", says="Did you mean 'rotary.base'?")
 
 
 def test_attention_json_tensors_equal_v1(client: FlaskClient) -> None:
@@ -400,7 +497,8 @@ def test_bool_bytes_other_than_0_and_1_are_refused(client: FlaskClient) -> None:
 @pytest.mark.parametrize(
     ("request_body", "status", "field", "says"),
     [
-        ({"inputs": []}, 400, "inputs", "non-empty"),
+        ({"inputs": {}}, 400, "inputs", "must be a list"),
+        ({"inputs": []}, 422, "logits", "required input tensor is missing"),
         (
             {"inputs": [{"name": "logit", "shape": [1], "datatype": "FP64", "data": [1]}]},
             422,
