@@ -105,7 +105,8 @@ def test_client_functions_are_named_by_operation_id(client_package: Path) -> Non
     assert {"attention", "softmax", "log_likelihood"} <= modules  # as the JS client names them
 
 
-ENDPOINTS = {"attention": "attention", "softmax": "softmax", "log_likelihood": "log_likelihood"}  # function: tag
+# the generated function: its module (the tag)
+ENDPOINTS = {"attention": "attention", "softmax": "softmax", "log_likelihood": "log_likelihood"}
 
 
 def test_generated_client_calls_the_endpoints_without_a_key(client_package: Path, base_url: str) -> None:

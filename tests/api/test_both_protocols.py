@@ -112,6 +112,6 @@ def test_a_models_tensors_and_parameters_are_its_declarations_fields(model: Mode
     for path, spec in model.inputs.items():
         assert spec.required == arrays[path].required, path
         assert spec.datatypes[0] == KIND_DATATYPES[arrays[path].kind], path
-    assert set(model.parameter_fields) == set(declared) - set(arrays) - {"include"}
+    assert set(model.parameter_fields) == set(declared) - set(arrays)
     documented = {f.data_key or name for name, f in model.parameters.fields.items()}
     assert documented == set(model.parameter_fields) | {BINARY_DATA_OUTPUT}

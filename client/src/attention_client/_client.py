@@ -114,12 +114,11 @@ def _v2_call(
                 parameters[members[member]] = item  # (null members were dropped by the check)
         else:
             parameters[option.v2[0]] = value
-    outputs = None
-    if include is not None and spec.include is not None and set(include) != set(spec.include_default):
-        # The outputs always answered, then those asked for: /v2 answers what the request lists (and its
-        # default outputs when it lists none, as /v1 answers its default include).
-        outputs = [o.name for o in spec.outputs if o.name not in spec.include] + include
-    return infer_call(model, tensors, parameters, outputs)
+    if include is not None and spec.include is not None:
+        # /v2 takes /v1's include as a parameter: it answers what /v1 would, without listing outputs (an
+        # include need not be an output's name: positional-encoding's "tables" are cos and sin).
+        parameters["include"] = include
+    return infer_call(model, tensors, parameters, None)
 
 
 def _v1_call(

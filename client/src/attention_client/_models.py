@@ -91,7 +91,7 @@ class LikelihoodResult:
 
 @dataclass(frozen=True, kw_only=True)
 class MultiHeadResult:
-    """What multi_head_attention answers (the outputs of the POST /v1/multi-head-attention)."""
+    """What multi_head_attention answers (the outputs of the /v2 model multi-head-attention)."""
 
     output: FloatArray
     """The layer's output, [..., n, d_out]."""
@@ -115,7 +115,7 @@ class MultiHeadResult:
 
 @dataclass(frozen=True, kw_only=True)
 class PositionalEncodingResult:
-    """What positional_encoding answers (the outputs of the POST /v1/positional-encoding)."""
+    """What positional_encoding answers (the outputs of the /v2 model positional-encoding)."""
 
     encoding: FloatArray | None = None
     """sinusoidal: the table, [n, d_model]."""
@@ -184,7 +184,7 @@ ATTENTION = ModelSpec(
                 "maxItems": 2,
                 "items": {"type": ["integer", "null"], "minimum": 0},
             },
-            v2=(),
+            v2=("window",),
             flatten="none",
         ),
         Option(
@@ -213,8 +213,8 @@ ATTENTION = ModelSpec(
                     {"type": "null"},
                 ]
             },
-            v2=(),
-            flatten="none",
+            v2=("rotary.base", "rotary.style", "rotary.dim", "rotary.query_offset", "rotary.key_offset"),
+            flatten="object",
         ),
         Option(
             "empty_rows",
@@ -293,7 +293,7 @@ LOG_LIKELIHOOD = ModelSpec(
 MULTI_HEAD_ATTENTION = ModelSpec(
     operation_id="multiHeadAttention",
     v1_path="/v1/multi-head-attention",
-    v2_model=None,
+    v2_model="multi-head-attention",
     tensors=(
         Tensor("query", "number", 2, 4, required=True, v2=False),
         Tensor("key", "number", 2, 4, required=False, v2=False),
@@ -311,14 +311,14 @@ MULTI_HEAD_ATTENTION = ModelSpec(
         Tensor("alibi_slopes", "number", 0, 4, required=False, v2=False),
     ),
     options=(
-        Option("causal", {"type": ["boolean", "null"]}, v2=(), flatten="none"),
+        Option("causal", {"type": ["boolean", "null"]}, v2=("causal",), flatten="none"),
         Option(
             "causal_alignment",
             {"anyOf": [{"type": "string", "enum": ["lower_right", "upper_left"]}, {"type": "null"}]},
-            v2=(),
+            v2=("causal_alignment",),
             flatten="none",
         ),
-        Option("scale", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=(), flatten="none"),
+        Option("scale", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=("scale",), flatten="none"),
         Option(
             "window",
             {
@@ -327,10 +327,12 @@ MULTI_HEAD_ATTENTION = ModelSpec(
                 "maxItems": 2,
                 "items": {"type": ["integer", "null"], "minimum": 0},
             },
-            v2=(),
+            v2=("window",),
             flatten="none",
         ),
-        Option("softcap", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=(), flatten="none"),
+        Option(
+            "softcap", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=("softcap",), flatten="none"
+        ),
         Option(
             "rotary",
             {
@@ -354,23 +356,25 @@ MULTI_HEAD_ATTENTION = ModelSpec(
                     {"type": "null"},
                 ]
             },
-            v2=(),
-            flatten="none",
+            v2=("rotary.base", "rotary.style", "rotary.dim", "rotary.query_offset", "rotary.key_offset"),
+            flatten="object",
         ),
         Option(
             "empty_rows",
             {"anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}]},
-            v2=(),
+            v2=("empty_rows",),
             flatten="none",
         ),
         Option(
             "precision",
             {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
-            v2=(),
+            v2=("precision",),
             flatten="none",
         ),
-        Option("num_heads", {"type": "integer", "minimum": 1}, v2=(), flatten="none"),
-        Option("num_kv_heads", {"type": ["integer", "null"], "minimum": 1}, v2=(), flatten="none"),
+        Option("num_heads", {"type": "integer", "minimum": 1}, v2=("num_heads",), flatten="none"),
+        Option(
+            "num_kv_heads", {"type": ["integer", "null"], "minimum": 1}, v2=("num_kv_heads",), flatten="none"
+        ),
     ),
     include=("weights", "scores", "heads", "q", "k", "v"),
     include_default=(),
@@ -392,27 +396,27 @@ MULTI_HEAD_ATTENTION = ModelSpec(
 POSITIONAL_ENCODING = ModelSpec(
     operation_id="positionalEncoding",
     v1_path="/v1/positional-encoding",
-    v2_model=None,
+    v2_model="positional-encoding",
     tensors=(
         Tensor("positions", "integer", 1, 1, required=False, v2=False),
         Tensor("x", "number", 2, 4, required=False, v2=False),
     ),
     options=(
-        Option("kind", {"type": "string", "enum": ["sinusoidal", "rotary"]}, v2=(), flatten="none"),
-        Option("length", {"type": ["integer", "null"], "minimum": 1}, v2=(), flatten="none"),
-        Option("d_model", {"type": ["integer", "null"], "minimum": 2}, v2=(), flatten="none"),
-        Option("base", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=(), flatten="none"),
+        Option("kind", {"type": "string", "enum": ["sinusoidal", "rotary"]}, v2=("kind",), flatten="none"),
+        Option("length", {"type": ["integer", "null"], "minimum": 1}, v2=("length",), flatten="none"),
+        Option("d_model", {"type": ["integer", "null"], "minimum": 2}, v2=("d_model",), flatten="none"),
+        Option("base", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=("base",), flatten="none"),
         Option(
             "style",
             {"anyOf": [{"type": "string", "enum": ["half", "interleaved"]}, {"type": "null"}]},
-            v2=(),
+            v2=("style",),
             flatten="none",
         ),
-        Option("dim", {"type": ["integer", "null"], "minimum": 2}, v2=(), flatten="none"),
+        Option("dim", {"type": ["integer", "null"], "minimum": 2}, v2=("dim",), flatten="none"),
         Option(
             "precision",
             {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
-            v2=(),
+            v2=("precision",),
             flatten="none",
         ),
     ),
@@ -552,8 +556,7 @@ class SyncModels:
         scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives the
         weights, and the output mixes the values with them.
 
-        Sent to /v2/models/attention/infer as binary tensors; a call that sets window, rotary goes to POST
-        /v1/attention as JSON (the /v2 model does not take them yet).
+        Sent to /v2/models/attention/infer as binary tensors.
 
         Args:
             query: Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query.
@@ -689,7 +692,7 @@ class SyncModels:
         option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads
         shares key/value heads (grouped-query attention).
 
-        Sent to POST /v1/multi-head-attention as JSON (there is no /v2 model multi-head-attention yet).
+        Sent to /v2/models/multi-head-attention/infer as binary tensors.
 
         Args:
             query: Inputs of the queries, [..., n, d_model].
@@ -781,7 +784,7 @@ class SyncModels:
     ) -> PositionalEncodingResult:
         """The sinusoidal table for some positions, or rotary embedding applied to rows at their positions.
 
-        Sent to POST /v1/positional-encoding as JSON (there is no /v2 model positional-encoding yet).
+        Sent to /v2/models/positional-encoding/infer as binary tensors.
 
         Args:
             kind: sinusoidal: the table of Attention Is All You Need §3.5, PE(pos, 2i) = sin(pos /
@@ -949,8 +952,7 @@ class AsyncModels:
         scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives the
         weights, and the output mixes the values with them.
 
-        Sent to /v2/models/attention/infer as binary tensors; a call that sets window, rotary goes to POST
-        /v1/attention as JSON (the /v2 model does not take them yet).
+        Sent to /v2/models/attention/infer as binary tensors.
 
         Args:
             query: Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query.
@@ -1086,7 +1088,7 @@ class AsyncModels:
         option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads
         shares key/value heads (grouped-query attention).
 
-        Sent to POST /v1/multi-head-attention as JSON (there is no /v2 model multi-head-attention yet).
+        Sent to /v2/models/multi-head-attention/infer as binary tensors.
 
         Args:
             query: Inputs of the queries, [..., n, d_model].
@@ -1178,7 +1180,7 @@ class AsyncModels:
     ) -> PositionalEncodingResult:
         """The sinusoidal table for some positions, or rotary embedding applied to rows at their positions.
 
-        Sent to POST /v1/positional-encoding as JSON (there is no /v2 model positional-encoding yet).
+        Sent to /v2/models/positional-encoding/infer as binary tensors.
 
         Args:
             kind: sinusoidal: the table of Attention Is All You Need §3.5, PE(pos, 2i) = sin(pos /

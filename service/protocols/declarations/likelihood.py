@@ -136,6 +136,9 @@ def _top_logprobs(ids: np.ndarray, values: np.ndarray, scored: np.ndarray) -> An
     ]
 
 
+_NEEDS_TOP = "needs the top_logprobs parameter to be at least 1"
+
+
 def _lists_top(request: LikelihoodRequest) -> bool:
     """top_logprobs and top_tokens exist when the top_logprobs parameter asks for some (as in /v1)."""
     return request.top_logprobs > 0
@@ -159,7 +162,14 @@ MODEL = ModelDeclaration(
         OutputSpec(
             "top_logprobs", FOLLOWS_PRECISION, lambda r: r.top_values, shape=(-1, -1), available=_lists_top
         ),
-        OutputSpec("top_tokens", "INT64", lambda r: r.top_ids, shape=(-1, -1), available=_lists_top),
+        OutputSpec(
+            "top_tokens",
+            "INT64",
+            lambda r: r.top_ids,
+            shape=(-1, -1),
+            available=_lists_top,
+            unavailable=_NEEDS_TOP,
+        ),
     ),
     example={
         "logits": [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3], [0.0, 0.2, 2.2]],

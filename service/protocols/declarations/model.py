@@ -45,6 +45,9 @@ class OutputSpec:
     shape: tuple[int, ...] | None = None
     default: bool = True  # answered when the request lists no outputs, if available
     available: Callable[[Any], bool] = lambda request: True  # for this typed request (top_logprobs > 0)
+    unavailable: str = (
+        ""  # why it is not, when asked for: "needs the top_logprobs parameter to be at least 1"
+    )
     include: str | None = None
 
 

@@ -85,6 +85,9 @@ def positional_encoding_response(
     return {name: value for name, value in body.items() if value is not None}
 
 
+_ROTARY_ONLY = "is answered for kind rotary only"
+
+
 def _is_rotary(request: PositionalEncodingRequest) -> bool:
     return request.kind == "rotary"
 
@@ -102,13 +105,33 @@ MODEL = ModelDeclaration(
     response=PositionalEncodingResponseSchema,
     answer=positional_encoding_response,
     outputs=(
-        OutputSpec("encoding", FOLLOWS_PRECISION, lambda r: r.encoding, available=_is_sinusoidal),
-        OutputSpec("output", FOLLOWS_PRECISION, lambda r: r.output, available=_is_rotary),
         OutputSpec(
-            "cos", FOLLOWS_PRECISION, lambda r: r.cos, default=False, available=_is_rotary, include="tables"
+            "encoding",
+            FOLLOWS_PRECISION,
+            lambda r: r.encoding,
+            available=_is_sinusoidal,
+            unavailable="is answered for kind sinusoidal only",
         ),
         OutputSpec(
-            "sin", FOLLOWS_PRECISION, lambda r: r.sin, default=False, available=_is_rotary, include="tables"
+            "output", FOLLOWS_PRECISION, lambda r: r.output, available=_is_rotary, unavailable=_ROTARY_ONLY
+        ),
+        OutputSpec(
+            "cos",
+            FOLLOWS_PRECISION,
+            lambda r: r.cos,
+            default=False,
+            available=_is_rotary,
+            unavailable=_ROTARY_ONLY,
+            include="tables",
+        ),
+        OutputSpec(
+            "sin",
+            FOLLOWS_PRECISION,
+            lambda r: r.sin,
+            default=False,
+            available=_is_rotary,
+            unavailable=_ROTARY_ONLY,
+            include="tables",
         ),
     ),
     example={"kind": "sinusoidal", "length": 3, "d_model": 4},

@@ -58,7 +58,7 @@ class Model:
             if isinstance(declared, Array):
                 shape = (-1,) * declared.min_rank
                 inputs[path] = InputSpec(_KIND_DATATYPES[declared.kind], shape, required=required)
-            elif path != INCLUDE:
+            else:
                 parameters[path] = declared
         object.__setattr__(self, "inputs", inputs)
         object.__setattr__(self, "parameter_fields", parameters)

@@ -13,12 +13,11 @@ from itertools import islice
 from typing import Any
 
 from flask import Response, request
-from marshmallow import ValidationError
+from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import NotFound
 
 from service.identity import API_VERSION
 from service.protocols.declarations.errors import COMPUTE_ERRORS
-from service.protocols.declarations.model import OutputSpec
 from service.protocols.v2.models import (
     BINARY_DATA_OUTPUT,
     INCLUDE,
@@ -234,19 +233,7 @@ def _infer(model: Model) -> Response:
         parameters[PRECISION] = "float32" if floats and all(d.itemsize == 4 for d in floats) else "float64"
 
     explicit = _requested_outputs(document.get("outputs"), model, binary_by_default)
-    chosen = (
-        frozenset(explicit)
-        if explicit is not None
-        else frozenset(name for name, spec in model.outputs.items() if spec.default)
-    )
-    body = model.body(arrays, parameters)
-    if model.include_choices:
-        body[INCLUDE] = model.include_for(chosen)
-    schema = model.declaration.request_schema
-    try:
-        typed = schema.load(body)
-    except ValidationError as error:
-        raise problem_from_validation_messages(error.messages, schema) from None
+    typed = _typed_request(model, model.body(arrays, parameters), explicit)
     answered = _answered_outputs(model, typed, explicit, binary_by_default)
     result = run_admitted(typed, _answer_encoding(model, answered, parameters.get(PRECISION) or "float64"))
 
@@ -338,18 +325,56 @@ def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -
     return requested
 
 
+def _typed_request(model: Model, body: dict[str, Any], explicit: dict[str, bool] | None) -> Any:
+    """The typed request ``body`` loads into through the model's schema, computing the outputs asked for: the
+    ``include`` parameter (as /v1's) and the requested outputs that need it (``weights``, ``tables``…)."""
+    schema = model.declaration.request_schema
+    if explicit is not None and model.include_choices:
+        asked = body.get(INCLUDE, [])
+        needed = model.include_for(frozenset(explicit))
+        if isinstance(asked, list) and set(needed) - set(asked):
+            body[INCLUDE] = [*asked, *(name for name in needed if name not in asked)]
+    try:
+        typed = schema.load(body)
+    except ValidationError as error:
+        if explicit is not None and INCLUDE in error.messages:
+            # An include the request's other fields rule out (a rotary table for a sinusoidal encoding):
+            # name the output that asked for it, as the client wrote it.
+            body.pop(INCLUDE)
+            _check_available(model, _load(schema, body), explicit)
+        raise problem_from_validation_messages(error.messages, schema) from None
+    if explicit is not None:
+        _check_available(model, typed, explicit)
+    return typed
+
+
+def _load(schema: Schema, body: dict[str, Any]) -> Any:
+    try:
+        return schema.load(body)
+    except ValidationError as error:
+        raise problem_from_validation_messages(error.messages, schema) from None
+
+
+def _check_available(model: Model, typed: Any, explicit: dict[str, bool]) -> None:
+    for name in explicit:
+        spec = model.outputs[name]
+        if not spec.available(typed):
+            raise invalid(f"output {name!r} {spec.unavailable}.", field="outputs")
+
+
 def _answered_outputs(
     model: Model, typed: Any, explicit: dict[str, bool] | None, binary_by_default: bool
 ) -> dict[str, bool]:
-    """The outputs the answer holds: those asked for (each available), or every default available one."""
-    if explicit is None:
-        return {name: binary_by_default for name, spec in model.outputs.items() if _is_default(spec, typed)}
-    for name in explicit:
-        if not model.outputs[name].available(typed):
-            raise invalid(
-                f"output {name!r} needs the top_logprobs parameter to be at least 1.", field="outputs"
-            )
-    return explicit
+    """The outputs the answer holds: those asked for, or those /v1 would answer (the defaults and those its
+    ``include`` asks for) where available."""
+    if explicit is not None:
+        return explicit
+    included = frozenset(getattr(typed, INCLUDE, ()))
+    return {
+        name: binary_by_default
+        for name, spec in model.outputs.items()
+        if spec.available(typed) and (spec.default or (spec.include or name) in included)
+    }
 
 
 def _answer_encoding(model: Model, answered: dict[str, bool], precision: str) -> AnswerEncoding:
@@ -359,7 +384,3 @@ def _answer_encoding(model: Model, answered: dict[str, bool], precision: str) ->
         return JSON_ANSWER
     widest = max(DTYPES[model.output_datatype(model.outputs[name], precision)].itemsize for name in answered)
     return binary_answer(widest)
-
-
-def _is_default(spec: OutputSpec, typed: Any) -> bool:
-    return spec.default and spec.available(typed)

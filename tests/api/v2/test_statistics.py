@@ -7,6 +7,8 @@ from typing import Any
 from flask.testing import FlaskClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from service.protocols.v2.models import MODELS
+
 LOGITS = {"inputs": [{"name": "logits", "shape": [2, 3], "datatype": "FP64", "data": [1, 2, 3, 0, 0, 1]}]}
 
 
@@ -32,7 +34,7 @@ def test_counts_after_requests_on_both_protocols(client: FlaskClient) -> None:
     for _ in range(3):
         assert client.post("/v2/models/softmax/infer", json=LOGITS).status_code == 200
     assert client.post("/v1/softmax", json={"logits": [[1.0, 2.0]]}).status_code == 200
-    assert client.post("/v2/models/softmax/infer", json={"inputs": []}).status_code == 400
+    assert client.post("/v2/models/softmax/infer", json={"inputs": {}}).status_code == 400
     after = _stat(client, "/v2/models/softmax/versions/1/stats")
     stats, old = after["inference_stats"], before["inference_stats"]
 
@@ -66,8 +68,8 @@ def test_the_statistics_and_metrics_agree(client: FlaskClient) -> None:
 def test_every_model_and_unknown_ones(client: FlaskClient) -> None:
     everything = client.get("/v2/models/stats").get_json()["model_stats"]
     models = [model["name"] for model in client.get("/v2/models/stats").get_json()["model_stats"]]
-    assert models == ["attention", "softmax", "log-likelihood", "sample"]
-    assert len(everything) == 4
+    assert models == list(MODELS)
+    assert len(everything) == len(MODELS) == 6
     unknown = client.get("/v2/models/nope/stats")
     assert unknown.status_code == 404
     assert "nope" in unknown.get_json()["errors"]["model"][0]
