@@ -295,20 +295,20 @@ MULTI_HEAD_ATTENTION = ModelSpec(
     v1_path="/v1/multi-head-attention",
     v2_model="multi-head-attention",
     tensors=(
-        Tensor("query", "number", 2, 4, required=True, v2=False),
-        Tensor("key", "number", 2, 4, required=False, v2=False),
-        Tensor("value", "number", 2, 4, required=False, v2=False),
-        Tensor("w_q", "number", 2, 2, required=True, v2=False),
-        Tensor("w_k", "number", 2, 2, required=True, v2=False),
-        Tensor("w_v", "number", 2, 2, required=True, v2=False),
-        Tensor("w_o", "number", 2, 2, required=True, v2=False),
-        Tensor("b_q", "number", 1, 1, required=False, v2=False),
-        Tensor("b_k", "number", 1, 1, required=False, v2=False),
-        Tensor("b_v", "number", 1, 1, required=False, v2=False),
-        Tensor("b_o", "number", 1, 1, required=False, v2=False),
-        Tensor("mask", "boolean", 1, 4, required=False, v2=False),
-        Tensor("bias", "number", 1, 4, required=False, v2=False),
-        Tensor("alibi_slopes", "number", 0, 4, required=False, v2=False),
+        Tensor("query", "number", 2, 4, required=True),
+        Tensor("key", "number", 2, 4, required=False),
+        Tensor("value", "number", 2, 4, required=False),
+        Tensor("w_q", "number", 2, 2, required=True),
+        Tensor("w_k", "number", 2, 2, required=True),
+        Tensor("w_v", "number", 2, 2, required=True),
+        Tensor("w_o", "number", 2, 2, required=True),
+        Tensor("b_q", "number", 1, 1, required=False),
+        Tensor("b_k", "number", 1, 1, required=False),
+        Tensor("b_v", "number", 1, 1, required=False),
+        Tensor("b_o", "number", 1, 1, required=False),
+        Tensor("mask", "boolean", 1, 4, required=False),
+        Tensor("bias", "number", 1, 4, required=False),
+        Tensor("alibi_slopes", "number", 0, 4, required=False),
     ),
     options=(
         Option("causal", {"type": ["boolean", "null"]}, v2=("causal",), flatten="none"),
@@ -398,8 +398,8 @@ POSITIONAL_ENCODING = ModelSpec(
     v1_path="/v1/positional-encoding",
     v2_model="positional-encoding",
     tensors=(
-        Tensor("positions", "integer", 1, 1, required=False, v2=False),
-        Tensor("x", "number", 2, 4, required=False, v2=False),
+        Tensor("positions", "integer", 1, 1, required=False),
+        Tensor("x", "number", 2, 4, required=False),
     ),
     options=(
         Option("kind", {"type": "string", "enum": ["sinusoidal", "rotary"]}, v2=("kind",), flatten="none"),
@@ -556,7 +556,9 @@ class SyncModels:
         scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives the
         weights, and the output mixes the values with them.
 
-        Sent to /v2/models/attention/infer as binary tensors.
+        Sent to /v2/models/attention/infer as binary tensors; a call that sets rotary.base, rotary.style,
+        rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/attention as JSON (the /v2 model
+        does not take them yet).
 
         Args:
             query: Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query.
@@ -692,7 +694,9 @@ class SyncModels:
         option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads
         shares key/value heads (grouped-query attention).
 
-        Sent to /v2/models/multi-head-attention/infer as binary tensors.
+        Sent to /v2/models/multi-head-attention/infer as binary tensors; a call that sets rotary.base,
+        rotary.style, rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/multi-head-attention
+        as JSON (the /v2 model does not take them yet).
 
         Args:
             query: Inputs of the queries, [..., n, d_model].
@@ -952,7 +956,9 @@ class AsyncModels:
         scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives the
         weights, and the output mixes the values with them.
 
-        Sent to /v2/models/attention/infer as binary tensors.
+        Sent to /v2/models/attention/infer as binary tensors; a call that sets rotary.base, rotary.style,
+        rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/attention as JSON (the /v2 model
+        does not take them yet).
 
         Args:
             query: Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query.
@@ -1088,7 +1094,9 @@ class AsyncModels:
         option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads
         shares key/value heads (grouped-query attention).
 
-        Sent to /v2/models/multi-head-attention/infer as binary tensors.
+        Sent to /v2/models/multi-head-attention/infer as binary tensors; a call that sets rotary.base,
+        rotary.style, rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/multi-head-attention
+        as JSON (the /v2 model does not take them yet).
 
         Args:
             query: Inputs of the queries, [..., n, d_model].
