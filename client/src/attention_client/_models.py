@@ -556,9 +556,7 @@ class SyncModels:
         scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives the
         weights, and the output mixes the values with them.
 
-        Sent to /v2/models/attention/infer as binary tensors; a call that sets rotary.base, rotary.style,
-        rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/attention as JSON (the /v2 model
-        does not take them yet).
+        Sent to /v2/models/attention/infer as binary tensors.
 
         Args:
             query: Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query.
@@ -694,9 +692,7 @@ class SyncModels:
         option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads
         shares key/value heads (grouped-query attention).
 
-        Sent to /v2/models/multi-head-attention/infer as binary tensors; a call that sets rotary.base,
-        rotary.style, rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/multi-head-attention
-        as JSON (the /v2 model does not take them yet).
+        Sent to /v2/models/multi-head-attention/infer as binary tensors.
 
         Args:
             query: Inputs of the queries, [..., n, d_model].
@@ -956,9 +952,7 @@ class AsyncModels:
         scores = Q Kᵀ · scale + bias, hidden scores set to minus infinity, a row-wise softmax gives the
         weights, and the output mixes the values with them.
 
-        Sent to /v2/models/attention/infer as binary tensors; a call that sets rotary.base, rotary.style,
-        rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/attention as JSON (the /v2 model
-        does not take them yet).
+        Sent to /v2/models/attention/infer as binary tensors.
 
         Args:
             query: Queries, shape [..., n, d_k]; a 1-D [d_k] is a single query.
@@ -1094,9 +1088,7 @@ class AsyncModels:
         option given; the heads' outputs are concatenated and projected by w_o. num_kv_heads < num_heads
         shares key/value heads (grouped-query attention).
 
-        Sent to /v2/models/multi-head-attention/infer as binary tensors; a call that sets rotary.base,
-        rotary.style, rotary.dim, rotary.query_offset, rotary.key_offset goes to POST /v1/multi-head-attention
-        as JSON (the /v2 model does not take them yet).
+        Sent to /v2/models/multi-head-attention/infer as binary tensors.
 
         Args:
             query: Inputs of the queries, [..., n, d_model].
