@@ -211,7 +211,7 @@ def test_docs_widgets_lists_every_widget_and_every_client_function() -> None:
 # Where the docs list the /v2 models, each as a list of names in backticks.
 V2_MODEL_LISTS = {
     "README.md": r"can call the same models \(([^)]*)\)",
-    "docs/tensors.md": r"Models are named like the endpoints: ([^\n]*?)\.\n",
+    "docs/tensors.md": r"is a `/v2` model of the same name: ([^.]*)\.",
 }
 
 
