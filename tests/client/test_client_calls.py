@@ -98,7 +98,7 @@ def test_window_and_rotary_reach_the_service(service: Client, recording: Recordi
         include=["weights", "scores", "logsumexp"],
     )
     expected = reference_attention_options(HEADS_Q, HEADS_K, HEADS_V, gqa=True, window=(1, 0), rope=rope)
-    assert len(recording.paths) == 1
+    assert recording.paths == ["/v2/models/attention/infer"]  # window and rotary.* are /v2 parameters
     np.testing.assert_allclose(result.output, expected.output, rtol=FLOAT64_RTOL)
     assert result.weights is not None
     assert result.scores is not None
@@ -112,7 +112,7 @@ def test_window_and_rotary_reach_the_service(service: Client, recording: Recordi
     assert result.empty_rows.size == 0
 
 
-def test_multi_head_attention_sync_and_async(service: Client) -> None:
+def test_multi_head_attention_sync_and_async(service: Client, recording: Recording) -> None:
     x = RNG.normal(size=(3, 6))  # [n, d_model]
     weights = {
         "w_q": RNG.normal(size=(6, 4 * 2)),
@@ -133,6 +133,7 @@ def test_multi_head_attention_sync_and_async(service: Client) -> None:
         "include": ["weights", "heads"],
     }
     result = service.multi_head_attention(x, *weights.values(), **arguments)
+    assert recording.paths == ["/v2/models/multi-head-attention/infer"]
     np.testing.assert_allclose(result.output, expected, rtol=FLOAT64_RTOL)
     assert result.weights is not None
     assert result.heads is not None
@@ -150,12 +151,13 @@ def test_multi_head_attention_sync_and_async(service: Client) -> None:
     np.testing.assert_allclose(answered.output, expected, rtol=FLOAT64_RTOL)
 
 
-def test_positional_encoding_both_kinds(service: Client) -> None:
+def test_positional_encoding_both_kinds(service: Client, recording: Recording) -> None:
     table = service.positional_encoding(kind="sinusoidal", length=5, d_model=6)
     np.testing.assert_allclose(table.encoding, reference_sinusoidal(list(range(5)), 6), rtol=FLOAT64_RTOL)
     assert table.output is None
     rows = RNG.normal(size=(3, 4))
     rotated = service.positional_encoding(kind="rotary", x=rows, positions=[2, 5, 7], include=["tables"])
+    assert recording.paths == ["/v2/models/positional-encoding/infer"] * 2  # include is a /v2 parameter
     angle = 2 * 1.0  # position 2, frequency base^0 = 1 for the first pair (half style: features 0 and 2)
     assert rotated.output is not None
     assert rotated.cos is not None

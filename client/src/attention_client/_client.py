@@ -76,12 +76,11 @@ def prepare(spec: ModelSpec[Any], arguments: Mapping[str, Any]) -> Prepared:
     if spec.include is not None and arguments.get("include") is not None:
         include = check_include(spec.operation_id, spec.include, arguments["include"])
     on_v2 = {tensor.name for tensor in spec.tensors if tensor.v2}
-    outputs = {output.name for output in spec.outputs}
     if (
         spec.v2_model is not None
         and all(name in on_v2 for name, _, _ in tensors)
         and all(_takes(option, value) for option, value in options.values())
-        and (include is None or set(include) <= outputs or set(include) == set(spec.include_default))
+        and (include is None or spec.include_v2)
     ):
         return Prepared("v2", _v2_call(spec, spec.v2_model, tensors, options, include), None)
     return _v1_call(spec, tensors, options, include)

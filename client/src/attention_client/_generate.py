@@ -495,7 +495,7 @@ def render(spec: dict[str, Any]) -> str:
             node = model.request["properties"]["include"]
             allowed = contract.without_null(node)[0]["items"]["enum"]
             out.append(f"    include={tuple(allowed)!r},")
-            out.append(f"    include_default={tuple(node.get('default') or ())!r},")
+            out.append(f"    include_v2={model.v2 is not None and 'include' in model.v2['parameters']},")
         else:
             out.append("    include=None,")
         out.append("    outputs=(")

@@ -231,7 +231,7 @@ ATTENTION = ModelSpec(
         Option("enable_gqa", {"type": ["boolean", "null"]}, v2=("enable_gqa",), flatten="none"),
     ),
     include=("weights", "scores", "logsumexp"),
-    include_default=("weights",),
+    include_v2=True,
     outputs=(
         Output("output", "number", required=True),
         Output("weights", "number"),
@@ -377,7 +377,7 @@ MULTI_HEAD_ATTENTION = ModelSpec(
         ),
     ),
     include=("weights", "scores", "heads", "q", "k", "v"),
-    include_default=(),
+    include_v2=True,
     outputs=(
         Output("output", "number", required=True),
         Output("weights", "number"),
@@ -421,7 +421,7 @@ POSITIONAL_ENCODING = ModelSpec(
         ),
     ),
     include=("tables",),
-    include_default=(),
+    include_v2=True,
     outputs=(
         Output("encoding", "number"),
         Output("output", "number"),
@@ -513,7 +513,7 @@ SOFTMAX = ModelSpec(
         ),
     ),
     include=("log_probabilities",),
-    include_default=(),
+    include_v2=True,
     outputs=(
         Output("probabilities", "number", required=True),
         Output("log_probabilities", "number"),

@@ -68,9 +68,8 @@ class ModelSpec(Generic[ResultT]):
 
     ``v2_model`` is None while the model has no /v2 counterpart (its calls go to ``v1_path`` as JSON).
     ``include`` lists the values of the model's ``include`` option (the outputs answered only on request),
-    None when it has none; ``include_default`` is the option's default. A call whose ``include`` is the
-    default lists no outputs (/v2 answers its default ones, as /v1 does); another lists them on /v2 when
-    each value is an output's name, and goes to /v1 otherwise (positional-encoding's ``tables``).
+    None when it has none; ``include_v2`` says whether the /v2 model takes it as a parameter (a call that
+    sets it goes to /v1 otherwise).
     """
 
     operation_id: str
@@ -81,4 +80,4 @@ class ModelSpec(Generic[ResultT]):
     include: tuple[str, ...] | None
     outputs: tuple[Output, ...]
     result: type[ResultT]
-    include_default: tuple[str, ...] = ()
+    include_v2: bool = False
