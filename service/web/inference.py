@@ -4,7 +4,7 @@ A request to a model's route (``POST /v1/<model>``, ``POST /v2/models/<model>[/v
 timed in steps at seams of the web layer, so the codecs need no code of their own for it:
 
 - **decode**: from the view's start to :func:`~service.web.admission.run_admitted` (the typed request is
-  built), less the time spent reading the body from the network (``g.body_read_seconds``, noted by
+  built), less the time spent reading the body from the network (noted by
   :func:`~service.web.body.read_body`): parsing and
   loading only, so a slow client does not show as a slow decoder;
 - **queue**: from there to the computation's start (admission's wait for a compute slot and memory);
@@ -32,12 +32,14 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from flask import Flask, Response, g
+from flask import Flask, Response
+from flask.globals import app_ctx
 from flask.wrappers import Request
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.samples import Sample
 
 from service.requests import Work
+from service.web.body import BODY_READ_SECONDS
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.metrics import collect_samples
 from service.web.request_clock import seconds_since_start
@@ -186,7 +188,7 @@ def series_of(request: Request) -> Series | None:
     return series
 
 
-@dataclass
+@dataclass(slots=True)
 class Timeline:
     """One request's moments (``time.perf_counter()``), stamped at the web layer's seams.
 
@@ -275,7 +277,7 @@ def _observe(request: Request, g: RequestGlobals, response: Response) -> Respons
         done = timeline.steps(
             time.perf_counter(),
             succeeded=outcome == SUCCESS,
-            body_seconds=getattr(g, "body_read_seconds", 0.0),
+            body_seconds=request.environ.get(BODY_READ_SECONDS, 0.0),
         )
         for step, start, end in done:
             series.steps[step].observe(max(0.0, end - start))
@@ -297,7 +299,7 @@ def _leave_flight(timeline: Timeline) -> None:
 
 def _leave(error: BaseException | None) -> None:
     """Whatever happened to the after steps, a request leaves the in-flight gauge when its context ends."""
-    timeline: Timeline | None = g.get(_TIMELINE)
+    timeline: Timeline | None = getattr(app_ctx.g, _TIMELINE, None)
     if timeline is not None:
         _leave_flight(timeline)
         if timeline.token is not None:
