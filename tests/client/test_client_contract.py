@@ -305,3 +305,104 @@ def test_the_generator_takes_nested_shapes_a_new_model_may_bring() -> None:
     assert json.loads(prepared.call.body) == {"x": [[1.0]], "layers": [{"norm": "rms", "weight": [[1.0]]}]}
     with pytest.raises(InvalidInput, match=r"layers\[0\]\.norm must be one of 'layer', 'rms'"):
         prepare(stack, {"x": [[1.0]], "layers": [{"norm": "batch"}]})
+
+
+def _with_block_model(spec: dict[str, Any], *, on_v2: bool) -> dict[str, Any]:
+    """``spec`` with a model whose request holds an object of arrays and options (as a Transformer block's
+    ``attention``), on /v1 and, when ``on_v2``, on /v2 with the object's members by path."""
+    schemas = spec["components"]["schemas"]
+    schemas["BlockAttention"] = {
+        "type": "object",
+        "properties": {
+            "w_q": {"$ref": "#/components/schemas/NumberArrayRank2"},
+            "num_heads": {"type": "integer", "minimum": 1},
+            "rotary": {"anyOf": [{"$ref": "#/components/schemas/Rotary"}, {"type": "null"}]},
+        },
+        "required": ["w_q", "num_heads"],
+        "additionalProperties": False,
+    }
+    schemas["BlockRequest"] = {
+        "type": "object",
+        "properties": {
+            "x": {"$ref": "#/components/schemas/NumberArrayRank2To4"},
+            "attention": {"$ref": "#/components/schemas/BlockAttention"},
+        },
+        "required": ["x", "attention"],
+        "additionalProperties": False,
+    }
+    schemas["BlockResponse"] = {
+        "type": "object",
+        "properties": {"output": {"$ref": "#/components/schemas/NumberArrayRank2To4"}},
+        "required": ["output"],
+    }
+
+    def body(name: str) -> dict[str, Any]:
+        return {"content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{name}"}}}}
+
+    spec["paths"]["/v1/block"] = {
+        "post": {
+            "operationId": "block",
+            "requestBody": body("BlockRequest"),
+            "responses": {"200": body("BlockResponse")},
+        }
+    }
+    if on_v2:
+        schemas["BlockParameters"] = {
+            "type": "object",
+            "properties": {
+                "attention.num_heads": {"type": "integer"},
+                "attention.rotary.base": {"type": "number"},
+            },
+        }
+        schemas["BlockInput"] = {"properties": {"name": {"enum": ["x", "attention.w_q"]}}}
+        schemas["BlockRequestedOutput"] = {"properties": {"name": {"enum": ["output"]}}}
+        schemas["BlockInferenceRequest"] = {
+            "type": "object",
+            "properties": {
+                "parameters": {"$ref": "#/components/schemas/BlockParameters"},
+                "inputs": {"type": "array", "items": {"$ref": "#/components/schemas/BlockInput"}},
+                "outputs": {"type": "array", "items": {"$ref": "#/components/schemas/BlockRequestedOutput"}},
+            },
+        }
+        spec["paths"]["/v2/models/block/infer"] = {"post": {"requestBody": body("BlockInferenceRequest")}}
+    return spec
+
+
+def test_an_object_of_arrays_travels_on_v2_as_tensors_by_path() -> None:
+    block = _generated_with(_with_block_model(_spec(), on_v2=True))["BLOCK"]
+    w_q = np.arange(6.0).reshape(2, 3)
+    attention = {"w_q": w_q, "num_heads": 2, "rotary": {"base": 100.0}}
+    prepared = prepare(block, {"x": [[1.0, 2.0]], "attention": attention})
+    assert prepared.route == "v2"
+    head_length = int(prepared.call.headers["Inference-Header-Content-Length"])
+    header = json.loads(prepared.call.body[:head_length])
+    assert [(i["name"], i["shape"], i["datatype"]) for i in header["inputs"]] == [
+        ("x", [1, 2], "FP64"),
+        ("attention.w_q", [2, 3], "FP64"),
+    ]
+    assert header["parameters"] == {
+        "attention.num_heads": 2,
+        "attention.rotary.base": 100.0,
+        "binary_data_output": True,
+    }
+    assert prepared.call.body[head_length + 16 :] == w_q.tobytes()  # after x's two FP64
+
+    # A member /v2 does not take (rotary.style) sends the call to /v1, the array written as lists.
+    styled = prepare(block, {"x": [[1.0, 2.0]], "attention": {**attention, "rotary": {"style": "half"}}})
+    assert styled.route == "v1"
+    assert json.loads(styled.call.body)["attention"]["w_q"] == w_q.tolist()
+    with pytest.raises(InvalidInput, match=r"attention\.w_q holds a NaN or an infinity") as refused:
+        prepare(block, {"x": [[1.0]], "attention": {**attention, "w_q": np.full((2, 2), np.inf)}})
+    assert refused.value.argument == "attention"
+
+
+def test_an_object_of_arrays_without_a_v2_model_is_json() -> None:
+    block = _generated_with(_with_block_model(_spec(), on_v2=False))["BLOCK"]
+    prepared = prepare(
+        block, {"x": [[1.0]], "attention": {"w_q": np.eye(2, dtype=np.float32), "num_heads": 1}}
+    )
+    assert prepared.route == "v1"
+    assert json.loads(prepared.call.body) == {
+        "x": [[1.0]],
+        "attention": {"w_q": [[1.0, 0.0], [0.0, 1.0]], "num_heads": 1},
+    }

@@ -129,6 +129,10 @@ def _fit(argument: str, where: str, value: object, schema: Mapping[str, Any]) ->
         if "null" in kinds or not kinds:
             return None
         raise InvalidInput(argument, f"{where} must not be None")
+    if isinstance(value, np.ndarray) and value.ndim > 0 and "array" in kinds:
+        fast = _fit_ndarray(argument, where, value, schema)
+        if fast is not _NO_FIT:
+            return fast
     for kind in kinds:
         fitted = _FITS.get(kind, _no_fit)(value)
         if fitted is not _NO_FIT:
@@ -171,6 +175,35 @@ def _check_range(argument: str, where: str, value: Any, schema: Mapping[str, Any
 
 
 _BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+
+
+def _fit_ndarray(argument: str, where: str, array: NDArray[Any], schema: Mapping[str, Any]) -> Any:
+    """An array of numbers or booleans checked by NumPy, whole (not item by item, which a large weight
+    matrix inside an option would make slow); kept as the array, which the body writes as a list. Schemas
+    of other items (objects, mixed kinds) are checked item by item instead (``_NO_FIT``)."""
+    depth, node = 0, schema
+    while "array" in _kinds(node) and "items" in node:
+        depth, node = depth + 1, node["items"]
+    leaf = [kind for kind in _kinds(node) if kind != "null"]
+    if depth == 0 or len(leaf) != 1 or leaf[0] not in ("number", "integer", "boolean"):
+        return _NO_FIT
+    if array.ndim != depth:
+        raise InvalidInput(argument, f"{where} must have rank {depth}, got shape {list(array.shape)}")
+    kind = leaf[0]
+    if kind == "boolean":
+        return _booleans(argument, array)
+    if array.dtype.kind not in ("iu" if kind == "integer" else "iuf"):
+        raise InvalidInput(argument, f"{where} must hold {kind}s, got {array.dtype}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise InvalidInput(
+            argument, f"{where} holds a NaN or an infinity; the service takes finite numbers only"
+        )
+    return array
+
+
+def _kinds(schema: Mapping[str, Any]) -> list[str]:
+    kinds = schema.get("type", [])
+    return [kinds] if isinstance(kinds, str) else list(kinds)
 
 
 def _fit_items(argument: str, where: str, items: list[Any], schema: Mapping[str, Any]) -> list[Any]:

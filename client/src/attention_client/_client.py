@@ -35,6 +35,7 @@ from attention_client._protocol import (
     Outputs,
     error_from,
     infer_call,
+    json_default,
     malformed_answer,
     read_result,
 )
@@ -76,48 +77,55 @@ def prepare(spec: ModelSpec[Any], arguments: Mapping[str, Any]) -> Prepared:
     if spec.include is not None and arguments.get("include") is not None:
         include = check_include(spec.operation_id, spec.include, arguments["include"])
     on_v2 = {tensor.name for tensor in spec.tensors if tensor.v2}
+    flat = {name: _flatten(option, value) for name, (option, value) in options.items()}
     if (
         spec.v2_model is not None
         and all(name in on_v2 for name, _, _ in tensors)
-        and all(_takes(option, value) for option, value in options.values())
+        and all(taken is not None for taken in flat.values())
         and (include is None or spec.include_v2)
     ):
-        return Prepared("v2", _v2_call(spec, spec.v2_model, tensors, options, include), None)
+        parameters: dict[str, Any] = {}
+        for option, _ in options.values():
+            taken = flat[option.name]
+            assert taken is not None  # (checked above)
+            parameters.update(taken[0])
+            tensors += [check_tensor(t, taken[1][t.name]) for t in option.tensors if t.name in taken[1]]
+        if include is not None:
+            # /v2 takes /v1's include as a parameter: it answers what /v1 would, without listing outputs (an
+            # include need not be an output's name: positional-encoding's "tables" are cos and sin).
+            parameters["include"] = include
+        return Prepared("v2", infer_call(spec.v2_model, tensors, parameters, None), None)
     return _v1_call(spec, tensors, options, include)
 
 
-def _members(option: Option) -> dict[str, str]:
-    """An object option's members that /v2 takes, each with its parameter (rotary.base or rotary_base)."""
-    return {parameter[len(option.name) + 1 :]: parameter for parameter in option.v2}
+Flattened = tuple[dict[str, Any], dict[str, Any]]  # /v2 parameters and input tensors, by name
 
 
-def _takes(option: Option, value: Any) -> bool:
-    """Whether the /v2 model takes ``value`` of ``option`` (an object: each member set)."""
-    if option.flatten == "object":
-        return set(value) <= set(_members(option))
-    return bool(option.v2)
+def _flatten(option: Option, value: Any) -> Flattened | None:
+    """How ``value`` of ``option`` travels on /v2, or None when /v2 does not take it (or one of its
+    members): an object's members by path (rotary.base, attention.w_q), each a parameter or a tensor."""
+    if option.flatten != "object":
+        return ({option.v2[0]: value}, {}) if option.v2 else None
+    # rotary_base is the path rotary.base too
+    parameters = {
+        (f"{option.name}.{p[len(option.name) + 1 :]}" if p.startswith(f"{option.name}_") else p): p
+        for p in option.v2
+    }
+    tensors = {tensor.name for tensor in option.tensors}
+    flat: Flattened = ({}, {})
 
+    def walk(prefix: str, members: Mapping[str, Any]) -> bool:
+        for member, item in members.items():
+            path = f"{prefix}.{member}"
+            if path in tensors:
+                flat[1][path] = item
+            elif path in parameters:
+                flat[0][parameters[path]] = item
+            elif not (isinstance(item, Mapping) and walk(path, item)):
+                return False
+        return True
 
-def _v2_call(
-    spec: ModelSpec[Any],
-    model: str,
-    tensors: list[Checked],
-    options: dict[str, tuple[Option, Any]],
-    include: list[str] | None,
-) -> Call:
-    parameters: dict[str, Any] = {}
-    for option, value in options.values():
-        if option.flatten == "object":  # rotary={"base": …} as rotary.base, …
-            members = _members(option)
-            for member, item in value.items():
-                parameters[members[member]] = item  # (null members were dropped by the check)
-        else:
-            parameters[option.v2[0]] = value
-    if include is not None and spec.include is not None:
-        # /v2 takes /v1's include as a parameter: it answers what /v1 would, without listing outputs (an
-        # include need not be an output's name: positional-encoding's "tables" are cos and sin).
-        parameters["include"] = include
-    return infer_call(model, tensors, parameters, None)
+    return flat if walk(option.name, value) else None
 
 
 def _v1_call(
@@ -136,7 +144,7 @@ def _v1_call(
         # As /v2 decides it: float32 throughout is answered in float32.
         precision = "float32" if floats and all(d == "FP32" for d in floats) else "float64"
         body["precision"] = precision
-    content = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    content = json.dumps(body, separators=(",", ":"), allow_nan=False, default=json_default).encode()
     call = Call(path=spec.v1_path, body=content, headers={"Content-Type": "application/json"})
     return Prepared("v1", call, precision)
 

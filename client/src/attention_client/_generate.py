@@ -155,7 +155,11 @@ class Contract:
         bare, _ = self.without_null(node)
         if "$ref" not in bare:
             return None
-        target = self.ref(bare)
+        return self.array_shape(self.ref(bare))
+
+    def array_shape(self, target: dict[str, Any]) -> tuple[str, int, int] | None:
+        """(kind, min rank, max rank) of a nest of arrays of one kind of scalar (or its rank variants)."""
+        target = self.without_null(self.ref(target))[0]
         shapes = [self.depth(a) for a in target.get("anyOf", [target])]
         known = [shape for shape in shapes if shape is not None]
         if len(known) != len(shapes) or len({kind for kind, _ in known}) != 1:
@@ -363,16 +367,43 @@ class Writer:
         name = argument["name"]
         if name in parameters:
             return (name,), "none"
-        schema, _ = self.contract.without_null(self.contract.inline(argument["schema"]))
-        # An object's members flattened: rotary.base (or rotary_base), those the /v2 model takes; a call
-        # setting another goes to /v1.
-        taken = tuple(
-            f"{name}{separator}{member}"
-            for member in schema.get("properties", {})
-            for separator in FLATTENED
-            if f"{name}{separator}{member}" in parameters
-        )
-        return (taken, "object") if taken else ((), "none")
+        # An object's members flattened by path: rotary.base (or rotary_base), those the /v2 model takes; a
+        # call setting another goes to /v1.
+        taken, tensors = self.flattened(model, name, argument["schema"], FLATTENED)
+        return (tuple(taken), "object") if taken or tensors else ((), "none")
+
+    def flattened(
+        self, model: Model, name: str, schema: dict[str, Any], separators: tuple[str, ...]
+    ) -> tuple[list[str], list[tuple[str, str, int, int]]]:
+        """The /v2 parameters and input tensors (path, kind, ranks) of an object's members, objects inside
+        it included (their paths joined by dots)."""
+        assert model.v2 is not None
+        schema = self.without_null_inlined(schema)
+        parameters: list[str] = []
+        tensors: list[tuple[str, str, int, int]] = []
+        for member, sub in schema.get("properties", {}).items():
+            paths = [f"{name}{separator}{member}" for separator in separators]
+            tensor = next((p for p in paths if p in model.v2["inputs"]), None)
+            parameter = next((p for p in paths if p in model.v2["parameters"]), None)
+            shape = self.contract.array_shape(sub) if tensor else None
+            if tensor and shape:
+                tensors.append((tensor, *shape))
+            elif parameter:
+                parameters.append(parameter)
+            elif self.without_null_inlined(sub).get("type") == "object":
+                inner = self.flattened(model, f"{name}.{member}", sub, (".",))
+                parameters += inner[0]
+                tensors += inner[1]
+        return parameters, tensors
+
+    def v2_tensors(self, model: Model, argument: dict[str, Any]) -> list[tuple[str, str, int, int]]:
+        if model.v2 is None or argument["name"] in model.v2["parameters"]:
+            return []
+        return self.flattened(model, argument["name"], argument["schema"], FLATTENED)[1]
+
+    def without_null_inlined(self, schema: dict[str, Any]) -> dict[str, Any]:
+        bare: dict[str, Any] = self.contract.without_null(self.contract.inline(schema))[0]
+        return bare
 
     def outputs(self, model: Model) -> list[dict[str, Any]]:
         properties: dict[str, Any] = model.response.get("properties", {})
@@ -488,6 +519,16 @@ def render(spec: dict[str, Any]) -> str:
             if a["role"] == "option":
                 parameters, flatten = writer.v2_route(model, a)
                 described = f"{a['name']!r}, {a['schema']!r}, v2={parameters!r}, flatten={flatten!r}"
+                nested = writer.v2_tensors(model, a)
+                if nested:
+                    described += (
+                        ", tensors=("
+                        + "".join(
+                            f"Tensor({path!r}, {kind!r}, {low}, {high}, required=False), "
+                            for path, kind, low, high in nested
+                        )
+                        + ")"
+                    )
                 out.append(f"        Option({described}),")
         out.append("    ),")
         include = next((a for a in arguments if a["role"] == "include"), None)
@@ -623,9 +664,14 @@ def _unrouted(model: Model, arguments: list[dict[str, Any]], writer: Writer) -> 
         if not parameters:
             missing.append(a["name"])
         elif flatten == "object":
-            schema = writer.contract.without_null(a["schema"])[0]
-            taken = {parameter[len(a["name"]) + 1 :] for parameter in parameters}
-            missing += [f"{a['name']}.{m}" for m in schema["properties"] if m not in taken]
+            schema = writer.without_null_inlined(a["schema"])
+            taken = {p[len(a["name"]) + 1 :] for p in parameters}
+            taken |= {path[len(a["name"]) + 1 :] for path, *_ in writer.v2_tensors(model, a)}
+            missing += [
+                f"{a['name']}.{m}"
+                for m in schema["properties"]
+                if m not in taken and not any(t.startswith(f"{m}.") for t in taken)
+            ]
     return missing
 
 

@@ -28,6 +28,13 @@ _DTYPES: dict[str, np.dtype[Any]] = {
 }
 
 
+def json_default(value: object) -> Any:
+    """NumPy values in a JSON body (an array inside an option, checked as it is): as lists and numbers."""
+    if isinstance(value, np.ndarray | np.generic):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
 @dataclass(frozen=True)
 class Call:
     """One infer request: where it goes, its body and its headers."""
@@ -61,7 +68,7 @@ def infer_call(
     }
     if outputs is not None:
         header["outputs"] = [{"name": name} for name in outputs]
-    head = json.dumps(header, separators=(",", ":")).encode()
+    head = json.dumps(header, separators=(",", ":"), default=json_default).encode()
     return Call(
         path=f"/v2/models/{model}/infer",
         body=b"".join([head, *chunks]),

@@ -34,14 +34,17 @@ class Option:
     """A scalar, list or object argument, checked against ``schema`` (the contract's, references inlined).
 
     ``v2`` is how the option travels on /v2: one request parameter of the same name (``(name,)``), an
-    object's members flattened (``rotary.base`` or ``rotary_base``: those the /v2 model takes), or none
-    (``()``: the /v2 model does not take it yet). A call that sets what /v2 does not take goes to /v1.
+    object's members flattened by their path (``rotary.base``, or ``rotary_base``; objects inside objects
+    too: ``attention.rotary.base``), those the /v2 model takes as parameters, or none (``()``: the /v2 model
+    does not take it yet). ``tensors`` are the object's array members that /v2 takes as input tensors
+    (``attention.w_q``). A call that sets what /v2 does not take goes to /v1.
     """
 
     name: str
     schema: dict[str, Any]
     v2: tuple[str, ...]
     flatten: Literal["none", "object"] = "none"
+    tensors: tuple[Tensor, ...] = ()  # an object's array members that /v2 takes as input tensors, by path
 
 
 @dataclass(frozen=True)
