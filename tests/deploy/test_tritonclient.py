@@ -260,3 +260,59 @@ def test_tritonclient_calls_every_model_and_each_answers_as_v1(
                 np.testing.assert_allclose(got, want.astype(np.float64), rtol=1e-12, atol=0, equal_nan=True)
             else:
                 np.testing.assert_array_equal(got.reshape(want.shape), want, err_msg=f"{name}.{output}")
+
+
+# ---- metadata honest about rank ----
+
+
+def _conforms(shape: tuple[int, ...], tensor: dict[str, Any]) -> bool:
+    """Whether a tensor of ``shape`` is one the metadata allows: its rank within the stated range (``shape``
+    gives the least, its ``parameters`` the most) and each stated trailing size matched (-1: any)."""
+    declared = tensor["shape"]
+    if not len(declared) <= len(shape) <= tensor["parameters"]["max_rank"]:
+        return False
+    return all(size in (-1, got) for size, got in zip(declared[::-1], shape[::-1], strict=False))
+
+
+@pytest.mark.parametrize("query_shape", [(4,), (3, 4), (2, 3, 4), (2, 2, 3, 4)])
+def test_a_query_of_any_rank_the_metadata_allows_is_answered_as_v1(
+    server: Server, triton: Any, query_shape: tuple[int, ...]
+) -> None:
+    metadata = triton.get_model_metadata("attention")
+    tensors = {tensor["name"]: tensor for tensor in metadata["inputs"]}
+    query = tensors["query"]
+    # The least rank (a 1-D query is a single query row), -1 for each dimension; the most in parameters.
+    assert query["shape"] == [-1]
+    assert query["parameters"]["min_rank"] == 1
+    assert query["parameters"]["max_rank"] == 4
+    assert "broadcast" in metadata["parameters"]["leading_dimensions"]
+    rng = np.random.default_rng(len(query_shape))
+    arrays = {
+        "query": rng.normal(size=query_shape),
+        "key": rng.normal(size=(2, 5, 4)),
+        "value": rng.normal(size=(5, 3)),
+    }
+    for name, array in arrays.items():
+        assert _conforms(array.shape, tensors[name]), (name, array.shape, tensors[name])
+    inputs = []
+    for name, array in arrays.items():
+        tensor = tritonclient_http.InferInput(name, list(array.shape), "FP64")
+        tensor.set_data_from_numpy(array, binary_data=True)
+        inputs.append(tensor)
+    result = triton.infer("attention", inputs, outputs=[tritonclient_http.InferRequestedOutput("output")])
+    expected = _v1(server, "/v1/attention", {name: array.tolist() for name, array in arrays.items()})
+    np.testing.assert_allclose(result.as_numpy("output"), expected["output"], rtol=1e-12, atol=0)
+
+
+def test_a_query_beyond_the_stated_rank_is_refused_naming_it(triton: Any) -> None:
+    query = next(t for t in triton.get_model_metadata("attention")["inputs"] if t["name"] == "query")
+    shape = (1, 1, 2, 3, 4)
+    assert not _conforms(shape, query)
+    inputs = []
+    for name, array in {"query": np.ones(shape), "key": np.ones((5, 4)), "value": np.ones((5, 3))}.items():
+        tensor = tritonclient_http.InferInput(name, list(array.shape), "FP64")
+        tensor.set_data_from_numpy(array, binary_data=True)
+        inputs.append(tensor)
+    with pytest.raises(InferenceServerException) as refused:
+        triton.infer("attention", inputs)
+    assert "query" in refused.value.message()

@@ -57,7 +57,13 @@ class Model:
         for path, declared, required in _leaves(schema):
             if isinstance(declared, Array):
                 shape = (-1,) * declared.min_rank
-                inputs[path] = InputSpec(_KIND_DATATYPES[declared.kind], shape, required=required)
+                inputs[path] = InputSpec(
+                    _KIND_DATATYPES[declared.kind],
+                    shape,
+                    required=required,
+                    max_rank=declared.max_rank,
+                    axes=declared.shape,
+                )
             else:
                 parameters[path] = declared
         object.__setattr__(self, "inputs", inputs)

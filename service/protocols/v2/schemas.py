@@ -54,12 +54,24 @@ class ModelReadySchema(ResponseSchema):
     ready = fields.Boolean(required=True)
 
 
+class TensorRanksSchema(ResponseSchema):
+    """An input tensor's ranks: its metadata shape has the least; leading dimensions may be added up to the
+    most."""
+
+    min_rank = fields.Integer(required=True, metadata={"description": "The least rank: the shape's length."})
+    max_rank = fields.Integer(required=True, metadata={"description": "The most dimensions it takes."})
+    axes = fields.String(metadata={"description": "The dimensions' names, e.g. [..., n, d_k]."})
+
+
 class MetadataTensorSchema(ResponseSchema):
     name = fields.String(required=True)
     datatype = fields.String(required=True, validate=validate.OneOf(DATATYPES))
     shape = fields.List(
-        fields.Integer(), required=True, metadata={"description": "-1 for a variable dimension."}
+        fields.Integer(),
+        required=True,
+        metadata={"description": "The least rank the tensor takes, -1 for each (variable) dimension."},
     )
+    parameters = fields.Nested(TensorRanksSchema, metadata={"description": "Inputs: the ranks they take."})
 
 
 class ModelMetadataSchema(ResponseSchema):

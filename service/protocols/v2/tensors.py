@@ -99,8 +99,10 @@ class InputSpec:
     """What one input tensor of a model accepts."""
 
     datatypes: tuple[str, ...]  # the first is the one the model metadata names
-    shape: tuple[int, ...]  # for the model metadata: -1 for each variable dimension
+    shape: tuple[int, ...]  # for the model metadata: the least rank, -1 for each variable dimension
     required: bool = True
+    max_rank: int = MAX_RANK  # the most dimensions it takes (leading ones broadcast)
+    axes: str | None = None  # the dimensions' names, e.g. "[..., n, d_k]"
 
 
 def decode_inputs(

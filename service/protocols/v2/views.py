@@ -42,6 +42,7 @@ from service.protocols.v2.schemas import (
 from service.protocols.v2.tensors import (
     DTYPES,
     HEADER_LENGTH,
+    InputSpec,
     OutputTensor,
     decode_inputs,
     encode_outputs,
@@ -79,8 +80,9 @@ OUTPUT_BINARY_DATA = "binary_data"  # the one output parameter (binary tensor da
 INFER_ERRORS = (*COMPUTE_ERRORS, 422)
 # What a tensor's metadata shape means: the least rank it takes, every dimension variable.
 LEADING_DIMENSIONS = (
-    "Each shape gives the least rank a tensor takes; tensors may have more leading dimensions, which "
-    "broadcast against each other's (as NumPy's), and the outputs have the inputs' leading dimensions."
+    "Each shape gives the least rank a tensor takes; tensors may have more leading dimensions, up to each "
+    "input's parameters.max_rank, which broadcast against each other's (as NumPy's), and the outputs have "
+    "the inputs' leading dimensions."
 )
 
 
@@ -203,10 +205,7 @@ def model_metadata(model: Model) -> dict[str, Any]:
         "versions": [VERSION],
         "platform": "numpy",
         "parameters": {"leading_dimensions": LEADING_DIMENSIONS},
-        "inputs": [
-            {"name": name, "datatype": spec.datatypes[0], "shape": list(spec.shape)}
-            for name, spec in model.inputs.items()
-        ],
+        "inputs": [_input_metadata(name, spec) for name, spec in model.inputs.items()],
         "outputs": [
             {
                 "name": name,
@@ -216,6 +215,15 @@ def model_metadata(model: Model) -> dict[str, Any]:
             for name, spec in model.outputs.items()
         ],
     }
+
+
+def _input_metadata(name: str, spec: InputSpec) -> dict[str, Any]:
+    """An input tensor's metadata: its least rank as its shape, and in its parameters the ranks it takes
+    and, where declared, its dimensions' names."""
+    parameters: dict[str, Any] = {"min_rank": len(spec.shape), "max_rank": spec.max_rank}
+    if spec.axes is not None:
+        parameters["axes"] = spec.axes
+    return {"name": name, "datatype": spec.datatypes[0], "shape": list(spec.shape), "parameters": parameters}
 
 
 def _infer(model: Model) -> Response:

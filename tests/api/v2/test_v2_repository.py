@@ -103,3 +103,21 @@ def test_config_and_index_need_no_key() -> None:
     assert client.get("/v2/models/softmax/config").status_code == 200
     assert client.post("/v2/repository/index").status_code == 200
     assert client.post("/v2/models/softmax/infer", json={}).status_code == 401
+
+
+def test_every_input_states_the_ranks_it_takes(client: FlaskClient) -> None:
+    ranks = {}
+    for name in _models(client):
+        for tensor in client.get(f"/v2/models/{name}").get_json()["inputs"]:
+            parameters = tensor["parameters"]
+            assert tensor["shape"] == [-1] * parameters["min_rank"]
+            assert parameters["min_rank"] <= parameters["max_rank"] <= 4
+            ranks[name, tensor["name"]] = (
+                parameters["min_rank"],
+                parameters["max_rank"],
+                parameters.get("axes"),
+            )
+    assert ranks["attention", "query"] == (1, 4, "[..., n, d_k]")  # a 1-D query is one query row
+    assert ranks["attention", "key"][:2] == (2, 4)
+    assert ranks["multi-head-attention", "w_q"][:2] == (2, 2)  # a projection matrix, never batched
+    assert ranks["positional-encoding", "positions"][:2] == (1, 1)
