@@ -74,6 +74,7 @@ dist: $(DEV_STAMP)  ## the sdist and the wheel in dist/ (python -m build); any p
 
 openapi: $(DEV_STAMP)  ## regenerate openapi.yaml from the schemas, then the Python client's methods from it
 	$(BIN)/python -m service.contract > openapi.yaml
+	$(BIN)/python -m service.site.javascript > service/static/models.js
 	$(MAKE) --no-print-directory clients
 
 # Run as a file: importing the package would import the module it writes.

@@ -203,7 +203,7 @@ def test_docs_widgets_lists_every_widget_and_every_client_function() -> None:
     assert tags >= {"attention-heatmap", "softmax-temperature", "token-likelihood", "text-generation"}
     assert set(re.findall(r"^\| `<([a-z-]+)>` \|", text, flags=re.MULTILINE)) == tags
     functions = set(
-        re.findall(r"^export function (\w+)\(body, options\)", (static / "client.js").read_text(), re.M)
+        re.findall(r"^export function (\w+)\(body, options\)", (static / "models.js").read_text(), re.M)
     )
     assert set(re.findall(r"^\| `(\w+)\(body, options\)` \|", text, flags=re.MULTILINE)) == functions
 

@@ -1,4 +1,5 @@
-// A small client for the attention service: one async function per endpoint.
+// A small client for the attention service: one async function per model (written into models.js from the
+// model declarations by `make openapi`, and exported here).
 //
 //   import { attention, softmax, logLikelihood, sample, ApiError } from "http://HOST/static/client.js";
 //   const answer = await attention({ query: [0, 1], key: [[1, 0], [0, 1]], value: [[6, 0], [0, 3]] });
@@ -38,7 +39,8 @@ export class ApiError extends Error {
   }
 }
 
-async function post(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
+/** POST `body` as JSON to `path`; the answer, or an ApiError. The model functions (models.js) call it. */
+export async function postJson(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
   const url = `${baseUrl.replace(/\/$/, "")}${path}`;
   let response;
   try {
@@ -76,51 +78,5 @@ async function post(path, body, { baseUrl = DEFAULT_BASE_URL, signal } = {}) {
   });
 }
 
-/**
- * POST /v1/attention: {query, key, value, mask?, bias?, causal?, causal_alignment?, scale?, window?,
- * softcap?, rotary?, enable_gqa?, alibi_slopes?, empty_rows?, include?, precision?}.
- */
-export function attention(body, options) {
-  return post("/v1/attention", body, options);
-}
-
-/** POST /v1/softmax: {logits, temperature?, mask?, top_k?, top_p?, min_p?, include?, precision?}. */
-export function softmax(body, options) {
-  return post("/v1/softmax", body, options);
-}
-
-/**
- * POST /v1/log-likelihood:
- * {logits, targets, shift?, ignore_index?, temperature?, top_logprobs?, precision?}.
- */
-export function logLikelihood(body, options) {
-  return post("/v1/log-likelihood", body, options);
-}
-
-/**
- * POST /v1/multi-head-attention: {query, key?, value?, w_q, w_k, w_v, w_o, b_q?, b_k?, b_v?, b_o?, num_heads,
- * num_kv_heads?, mask?, bias?, causal?, causal_alignment?, scale?, window?, softcap?, rotary?, alibi_slopes?,
- * empty_rows?, include?, precision?}, answering {output} and, on request (include), the per-head weights and
- * scores, the head outputs before w_o, and the projected q, k, v.
- */
-export function multiHeadAttention(body, options) {
-  return post("/v1/multi-head-attention", body, options);
-}
-
-/**
- * POST /v1/positional-encoding: {kind: "sinusoidal", positions? | length?, d_model, base?, precision?}
- * answering {encoding}, or {kind: "rotary", x, positions?, base?, style?, dim?, include?, precision?}
- * answering {output} (and cos/sin on request).
- */
-export function positionalEncoding(body, options) {
-  return post("/v1/positional-encoding", body, options);
-}
-
-/**
- * POST /v1/sample: {logits, temperature?, mask?, top_k?, top_p?, min_p?, num_samples?, seed?}, answering
- * {tokens, logprobs, seed}. The same request with the same seed draws the same tokens; without a seed the
- * service picks one and returns it (at most 2^53 - 1, so a JavaScript number holds it exactly).
- */
-export function sample(body, options) {
-  return post("/v1/sample", body, options);
-}
+// The model functions (attention, softmax, …), written from the model declarations.
+export * from "./models.js";
