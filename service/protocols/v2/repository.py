@@ -190,7 +190,7 @@ def _model(name: str) -> Model:
 def _read_index_request() -> dict[str, Any]:
     """The index request's options: none for an empty body, else a JSON object of them (``ready``)."""
     body = read_decoded_body(request)
-    if not body.strip():
+    if not body:  # whitespace is not an empty body: it is not JSON either (a 400)
         return {}
     try:
         document = orjson.loads(body)
