@@ -160,7 +160,12 @@ MODEL = ModelDeclaration(
         OutputSpec("perplexity", FOLLOWS_PRECISION, lambda r: r.perplexity),
         OutputSpec("is_greedy", "BOOL", lambda r: r.is_greedy),
         OutputSpec(
-            "top_logprobs", FOLLOWS_PRECISION, lambda r: r.top_values, shape=(-1, -1), available=_lists_top
+            "top_logprobs",
+            FOLLOWS_PRECISION,
+            lambda r: r.top_values,
+            shape=(-1, -1),
+            available=_lists_top,
+            unavailable=_NEEDS_TOP,
         ),
         OutputSpec(
             "top_tokens",

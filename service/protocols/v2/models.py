@@ -46,6 +46,7 @@ class Model:
     declaration: ModelDeclaration
     inputs: Mapping[str, InputSpec] = field(init=False)  # by path, in the schema's order
     parameter_fields: Mapping[str, fields.Field[Any]] = field(init=False)  # by path
+    required_parameters: frozenset[str] = field(init=False)  # required, and inside required objects only
     outputs: Mapping[str, OutputSpec] = field(init=False)
     parameters: Schema = field(init=False)  # documents the parameters (the contract); loads nothing
 
@@ -54,6 +55,7 @@ class Model:
         schema = self.declaration.request_schema
         inputs: dict[str, InputSpec] = {}
         parameters: dict[str, fields.Field[Any]] = {}
+        required_parameters: set[str] = set()
         for path, declared, required in _leaves(schema):
             if isinstance(declared, Array):
                 shape = (-1,) * declared.min_rank
@@ -66,8 +68,11 @@ class Model:
                 )
             else:
                 parameters[path] = declared
+                if required:
+                    required_parameters.add(path)
         object.__setattr__(self, "inputs", inputs)
         object.__setattr__(self, "parameter_fields", parameters)
+        object.__setattr__(self, "required_parameters", frozenset(required_parameters))
         object.__setattr__(
             self,
             "outputs",

@@ -17,6 +17,7 @@ from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import NotFound
 
 from service.identity import API_VERSION
+from service.kernels import KernelError
 from service.protocols.declarations.errors import COMPUTE_ERRORS
 from service.protocols.v2.models import (
     BINARY_DATA_OUTPUT,
@@ -287,7 +288,14 @@ def _parameters(raw: object, model: Model) -> tuple[dict[str, Any], bool]:
         raise problem_from_validation_messages(
             {name: ["Unknown field."] for name in listed}, model.parameters
         )
-    return parameters, binary_by_default
+    # null is "absent" for an optional parameter, as for /v1's fields (the contract documents them nullable).
+    # Dropped here: put at its path, rotary.base: null would make a rotary object and turn rotary on.
+    present = {
+        name: value
+        for name, value in parameters.items()
+        if value is not None or name in model.required_parameters
+    }
+    return present, binary_by_default
 
 
 def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -> dict[str, bool] | None:
@@ -313,8 +321,12 @@ def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -
             )
         if name in requested:
             raise invalid(f"output {name!r} is named twice.", field="outputs")
-        parameters = output.get("parameters") or {}
-        unsupported = sorted(set(parameters) - {OUTPUT_BINARY_DATA}) if isinstance(parameters, dict) else []
+        parameters = output.get("parameters")
+        if parameters is None:
+            parameters = {}
+        if not isinstance(parameters, dict):
+            raise malformed(f"outputs[{position}].parameters must be an object.", field="outputs")
+        unsupported = sorted(set(parameters) - {OUTPUT_BINARY_DATA})
         if unsupported:
             # Ignoring it would answer something else than asked (raw scores for Triton's classification).
             raise invalid(
@@ -322,9 +334,7 @@ def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -
                 f"an output takes only {OUTPUT_BINARY_DATA} (the extensions are {', '.join(EXTENSIONS)}).",
                 field="outputs",
             )
-        binary = (
-            parameters.get(OUTPUT_BINARY_DATA, binary_by_default) if isinstance(parameters, dict) else None
-        )
+        binary = parameters.get(OUTPUT_BINARY_DATA, binary_by_default)
         if not isinstance(binary, bool):
             raise malformed(
                 f"outputs[{position}].parameters.binary_data must be true or false.", field="outputs"
@@ -344,12 +354,15 @@ def _typed_request(model: Model, body: dict[str, Any], explicit: dict[str, bool]
             body[INCLUDE] = [*asked, *(name for name in needed if name not in asked)]
     try:
         typed = schema.load(body)
-    except ValidationError as error:
-        if explicit is not None and INCLUDE in error.messages:
-            # An include the request's other fields rule out (a rotary table for a sinusoidal encoding):
-            # name the output that asked for it, as the client wrote it.
+    except (ValidationError, KernelError) as error:
+        refused = error.messages if isinstance(error, ValidationError) else {error.field: []}
+        if explicit is not None and INCLUDE in refused:
+            # An include the request's other fields rule out (a rotary table for a sinusoidal encoding, which
+            # the typed request refuses): name the output that asked for it, as the client wrote it.
             body.pop(INCLUDE)
             _check_available(model, _load(schema, body), explicit)
+        if isinstance(error, KernelError):
+            raise
         raise problem_from_validation_messages(error.messages, schema) from None
     if explicit is not None:
         _check_available(model, typed, explicit)

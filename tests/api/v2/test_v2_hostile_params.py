@@ -1,0 +1,120 @@
+"""/v2 parameters, outputs and tensors as a hostile or careless client sends them: every refusal names the
+field the client wrote, with /v1's message for /v1's rule, and nothing the client did not ask for changes the
+computation. References are NumPy's own arithmetic or /v1's answer to the same request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
+
+from tests.problems import assert_problem
+
+QUERY = np.array([[1.0, 0.0], [0.0, 1.0]])
+KEY = np.array([[1.0, 0.0], [0.0, 1.0]])
+VALUE = np.array([[6.0, 0.0], [0.0, 3.0]])
+ROTARY_PATHS = ("rotary.base", "rotary.style", "rotary.dim", "rotary.query_offset", "rotary.key_offset")
+
+
+def tensor(name: str, array: Any, datatype: str = "FP64") -> dict[str, Any]:
+    values = np.asarray(array)
+    return {
+        "name": name,
+        "shape": list(values.shape),
+        "datatype": datatype,
+        "data": values.reshape(-1).tolist(),
+    }
+
+
+ATTENTION_INPUTS = [tensor("query", QUERY), tensor("key", KEY), tensor("value", VALUE)]
+
+
+def infer(client: FlaskClient, model: str, body: dict[str, Any]) -> TestResponse:
+    return client.post(f"/v2/models/{model}/infer", json=body)
+
+
+def outputs_of(response: TestResponse) -> dict[str, np.ndarray]:
+    assert response.status_code == 200, response.get_data(as_text=True)
+    answer = response.get_json()
+    return {
+        output["name"]: np.array(
+            [np.nan if value is None else value for value in output["data"]], dtype=np.float64
+        ).reshape(output["shape"])
+        for output in answer["outputs"]
+    }
+
+
+def reference_attention(query: np.ndarray, key: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Scores [n, m], weights [n, m] and output [n, d_v] of plain scaled dot-product attention."""
+    scores = query @ key.T / np.sqrt(query.shape[-1])
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return scores, weights, weights @ value
+
+
+def test_null_rotary_parameters_are_absent_and_leave_rotary_off(client: FlaskClient) -> None:
+    """The contract documents each rotary.* parameter as nullable and null as absent (a client generated from
+    it sends null for every option left unset); a null must not make the rotary object and turn rotary on."""
+    _, weights, output = reference_attention(QUERY, KEY, VALUE)
+    parameters = dict.fromkeys(ROTARY_PATHS)
+    answer = outputs_of(infer(client, "attention", {"inputs": ATTENTION_INPUTS, "parameters": parameters}))
+    np.testing.assert_allclose(answer["weights"], weights, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(answer["output"], output, rtol=1e-12, atol=0)
+
+
+def test_include_null_with_listed_outputs_answers_them(client: FlaskClient) -> None:
+    """include: null is include absent; the outputs listed are answered, not silently dropped."""
+    scores, _, _ = reference_attention(QUERY, KEY, VALUE)
+    response = infer(
+        client,
+        "attention",
+        {"inputs": ATTENTION_INPUTS, "parameters": {"include": None}, "outputs": [{"name": "scores"}]},
+    )
+    answer = outputs_of(response)
+    assert list(answer) == ["scores"]
+    np.testing.assert_allclose(answer["scores"], scores, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("listed", [["cos"], ["cos", "encoding"]])
+def test_a_table_output_of_a_sinusoidal_encoding_is_refused_naming_outputs(
+    client: FlaskClient, listed: list[str]
+) -> None:
+    """The client listed the output cos and sent no include: the refusal names outputs and why, not an
+    include the client never wrote."""
+    body = {
+        "inputs": [],
+        "parameters": {"kind": "sinusoidal", "length": 3, "d_model": 4},
+        "outputs": [{"name": name} for name in listed],
+    }
+    problem = assert_problem(infer(client, "positional-encoding", body), 422, field="outputs")
+    assert "include" not in problem["errors"], problem
+    assert problem["errors"]["outputs"] == ["output 'cos' is answered for kind rotary only."]
+
+
+@pytest.mark.parametrize("top_logprobs", [None, 0])
+@pytest.mark.parametrize("listed", ["top_logprobs", "top_tokens"])
+def test_a_top_output_without_top_logprobs_says_why(
+    client: FlaskClient, listed: str, top_logprobs: int | None
+) -> None:
+    body = {
+        "inputs": [tensor("logits", [[0.1, 0.2, 0.3]]), tensor("targets", [2], "INT64")],
+        "parameters": {"top_logprobs": top_logprobs},
+        "outputs": [{"name": listed}],
+    }
+    problem = assert_problem(infer(client, "log-likelihood", body), 422, field="outputs")
+    assert problem["errors"]["outputs"] == [
+        f"output {listed!r} needs the top_logprobs parameter to be at least 1."
+    ]
+
+
+@pytest.mark.parametrize("parameters", ["binary", ["binary_data"], 7])
+def test_output_parameters_that_are_not_an_object_are_refused_saying_so(
+    client: FlaskClient, parameters: Any
+) -> None:
+    body = {"inputs": ATTENTION_INPUTS, "outputs": [{"name": "output", "parameters": parameters}]}
+    problem = assert_problem(infer(client, "attention", body), 400, field="outputs")
+    assert problem["errors"]["outputs"] == ["outputs[0].parameters must be an object."]
