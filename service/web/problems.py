@@ -25,6 +25,7 @@ from service.web.statuses import status_phrase
 PROBLEM_MIMETYPE = "application/problem+json"
 PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
 MAX_REPORTED_FIELDS = 20
+MAX_NAME_CHARACTERS = 100  # a field name longer than any declared one is cut to this in answers
 MAX_MESSAGES_PER_FIELD = 5
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ def _messages_by_path(
     messages: Mapping[Any, Any], schema: ma.Schema | None, prefix: str
 ) -> Iterator[tuple[str, list[str]]]:
     for field, field_messages in messages.items():
-        name = (prefix.rstrip(".") or "body") if field == "_schema" else f"{prefix}{field}"
+        name = (prefix.rstrip(".") or "body") if field == "_schema" else _shortened(f"{prefix}{field}")
         declared = _declared(schema, str(field))
         if isinstance(field_messages, Mapping) and isinstance(declared, ma.fields.Nested):
             nested = declared.schema if isinstance(declared.schema, ma.Schema) else None
@@ -158,6 +159,12 @@ def _messages_by_path(
         if texts == ["Unknown field."] and schema is not None:
             texts = [_unknown_field_message(str(field), _field_names(schema))]
         yield name, texts
+
+
+def _shortened(name: str) -> str:
+    """A client's field name as an answer names it: cut to MAX_NAME_CHARACTERS, so that a megabyte of name is
+    not echoed back in ``errors``, ``detail`` and the protocol's ``error``."""
+    return name if len(name) <= MAX_NAME_CHARACTERS else name[: MAX_NAME_CHARACTERS - 1] + "…"
 
 
 def _declared(schema: ma.Schema | None, name: str) -> ma.fields.Field[Any] | None:

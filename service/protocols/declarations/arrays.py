@@ -68,6 +68,8 @@ class Array(fields.Field[np.ndarray]):
             # A /v2 tensor: its codec made the array and checked its datatype (this field's kind), its
             # size and its finiteness; its rank is this field's rule.
             self._check_rank(value.ndim)
+            if 0 in value.shape:
+                raise ValidationError(f"must not have an empty dimension{self._shape_note()}.")
             return value
         rank = self._rank_of(value)
         leaf_types = _leaf_types(value, rank)

@@ -9,7 +9,13 @@ from marshmallow import fields, post_load, validate
 
 from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy, RotaryStyle
 from service.protocols.declarations.arrays import Array
-from service.protocols.declarations.common import IncludeList, one_of, precision_field, within
+from service.protocols.declarations.common import (
+    FixedLengthList,
+    IncludeList,
+    one_of,
+    precision_field,
+    within,
+)
 from service.protocols.declarations.fields import StrictBoolean, StrictFloat, StrictInteger
 from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
 from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
@@ -35,15 +41,13 @@ class AttentionOptionsSchema(RequestSchema):
         validate=within(AttentionRequest.SCALE),
         metadata={"description": "Multiplies QKᵀ; default 1/sqrt(d_k).", "exclusiveMinimum": 0},
     )
-    window = fields.List(
+    window = FixedLengthList(
         StrictInteger(allow_none=True, validate=validate.Range(min=0)),
-        validate=validate.Length(equal=2),
+        length=2,
         metadata={
             "description": "[left, right] (null = unbounded on that side): key j is visible from query i "
             "only when i' - left <= j <= i' + right, where i' = i + m - n under lower_right alignment and "
             "i under upper_left. Combined with mask and causal by AND (FlashAttention's window_size).",
-            "minItems": 2,
-            "maxItems": 2,
         },
     )
     softcap = StrictFloat(

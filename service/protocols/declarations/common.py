@@ -58,3 +58,18 @@ class IncludeList(fields.List[str]):
         if len(set(names)) != len(names):
             raise ValidationError("Each name may appear only once.")
         return names
+
+
+class FixedLengthList(fields.List[Any]):
+    """A list of exactly ``length`` entries, its length checked before any entry: a list of a million is
+    refused at once, not after a million entries' checks and messages."""
+
+    def __init__(self, entry: fields.Field[Any], *, length: int, **kwargs: Any) -> None:
+        metadata = {"minItems": length, "maxItems": length, **kwargs.pop("metadata", {})}
+        super().__init__(entry, validate=validate.Length(equal=length), metadata=metadata, **kwargs)
+        self.length = length
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> list[Any]:
+        if isinstance(value, list) and len(value) != self.length:
+            raise ValidationError(f"Length must be {self.length}.")
+        return super()._deserialize(value, attr, data, **kwargs)

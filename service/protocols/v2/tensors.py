@@ -23,6 +23,9 @@ from service.requests import MAX_RANK, ArrayKind
 from service.web.problems import Problem, did_you_mean
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+# The most dimensions a shape may list (NumPy's limit): a rank the model does not take (each takes up to
+# MAX_RANK) is then refused by the model's field, with /v1's message, not as a malformed shape.
+MAX_SHAPE_RANK = 32
 
 # Every datatype this service reads or writes, with its little-endian NumPy dtype.
 DTYPES: dict[str, np.dtype[Any]] = {
@@ -177,11 +180,11 @@ def _datatype(datatype: object, spec: InputSpec, name: str) -> tuple[str, np.dty
 def _shape(shape: object, name: str) -> tuple[int, ...]:
     if (
         not isinstance(shape, list)
-        or len(shape) > MAX_RANK
+        or len(shape) > MAX_SHAPE_RANK
         or not all(isinstance(size, int) and not isinstance(size, bool) and size >= 0 for size in shape)
     ):
         raise malformed(
-            f"shape must be a list of at most {MAX_RANK} non-negative integers, got {str(shape)[:60]}.",
+            f"shape must be a list of at most {MAX_SHAPE_RANK} non-negative integers, got {str(shape)[:60]}.",
             field=name,
         )
     return tuple(shape)
@@ -228,7 +231,13 @@ def _json_tensor(
 ) -> np.ndarray:
     # The /v1 array field reads the lists (flat, as the protocol sends them, or nested), with its checks of
     # element types, raggedness and finiteness.
-    field = Array(kind=_KINDS.get(datatype, "number"), min_rank=1, max_rank=MAX_RANK)
+    if count == 0:
+        # An empty dimension breaks the model's rule for the tensor, not the protocol's: the array is made
+        # here so that the declaration's field refuses it with /v1's message.
+        if not _holds_no_values(data):
+            raise malformed(f"shape {list(shape)} has no elements but data has some.", field=name)
+        return np.empty(shape, dtype=dtype)
+    field = Array(kind=_KINDS.get(datatype, "number"), min_rank=1, max_rank=max(1, len(shape)))
     try:
         array = field.deserialize(data)
     except ValidationError as error:
@@ -256,6 +265,17 @@ def _json_tensor(
         with np.errstate(over="ignore"):
             array = array.astype(dtype)  # FP32 entries beyond its range become inf: refused as non-finite
     return array.reshape(shape)
+
+
+def _holds_no_values(data: object) -> bool:
+    """Whether ``data`` is a list of (lists of) lists only: the data of a tensor with no elements."""
+    pending = [data]
+    while pending:
+        item = pending.pop()
+        if not isinstance(item, list):
+            return False
+        pending.extend(item)
+    return True
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ protocol's ``error`` member (service.web.problems adds it under /v2).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -52,7 +53,7 @@ from service.protocols.v2.tensors import (
     parse_header,
     split_body,
 )
-from service.web.admission import run_admitted
+from service.web.admission import answered, decode_off_the_loop, run_admitted
 from service.web.body import refuse_form_label
 from service.web.encodings import read_decoded_body
 from service.web.json_provider import dumps_bytes
@@ -229,7 +230,32 @@ def _input_metadata(name: str, spec: InputSpec) -> dict[str, Any]:
 
 def _infer(model: Model) -> Response:
     refuse_form_label(request, "application/json, application/octet-stream")
-    header, binary = split_body(read_decoded_body(request), request.headers.get(HEADER_LENGTH))
+    body = read_decoded_body(request)
+    header_length = request.headers.get(HEADER_LENGTH)
+    # As /v1: a large body is decoded off the worker's loop, and the answer is encoded with the computation.
+    decoded = decode_off_the_loop(lambda: _decode(model, body, header_length), body_bytes=len(body))
+    computation = answered(decoded.typed, lambda result: _encode(model, decoded, result))
+    head, chunks = run_admitted(computation, _answer_encoding(model, decoded.outputs, decoded.precision))
+    if not chunks:
+        return Response(head, mimetype="application/json")
+    response = Response([head, *chunks], mimetype="application/octet-stream")
+    response.headers[HEADER_LENGTH] = str(len(head))
+    response.content_length = len(head) + sum(len(chunk) for chunk in chunks)
+    return response
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """An infer request, decoded: its typed request and the outputs to answer (each binary or not)."""
+
+    request_id: str | None
+    typed: Any
+    outputs: dict[str, bool]
+    precision: str
+
+
+def _decode(model: Model, body: bytes, header_length: str | None) -> _Decoded:
+    header, binary = split_body(body, header_length)
     document = parse_header(header)
     request_id = document.get("id")
     if request_id is not None and not isinstance(request_id, str):
@@ -240,28 +266,24 @@ def _infer(model: Model) -> Response:
         # The answer's float type follows the inputs': FP32 throughout gives float32.
         floats = [array.dtype for array in arrays.values() if array.dtype.kind == "f"]
         parameters[PRECISION] = "float32" if floats and all(d.itemsize == 4 for d in floats) else "float64"
-
     explicit = _requested_outputs(document.get("outputs"), model, binary_by_default)
     typed = _typed_request(model, model.body(arrays, parameters), explicit)
-    answered = _answered_outputs(model, typed, explicit, binary_by_default)
-    result = run_admitted(typed, _answer_encoding(model, answered, parameters.get(PRECISION) or "float64"))
+    outputs = _answered_outputs(model, typed, explicit, binary_by_default)
+    return _Decoded(request_id, typed, outputs, parameters.get(PRECISION) or "float64")
 
+
+def _encode(model: Model, decoded: _Decoded, result: Any) -> tuple[bytes, list[bytes]]:
+    """The answer's JSON header and its binary chunks."""
     tensors = [
         OutputTensor(name, array, binary)
-        for name, binary in answered.items()
+        for name, binary in decoded.outputs.items()
         if (array := model.outputs[name].read(result)) is not None
     ]
     described, chunks = encode_outputs(tensors)
     answer: dict[str, Any] = {"model_name": model.name, "model_version": VERSION, "outputs": described}
-    if request_id is not None:
-        answer["id"] = request_id
-    head = dumps_bytes(answer)
-    if not chunks:
-        return Response(head, mimetype="application/json")
-    response = Response([head, *chunks], mimetype="application/octet-stream")
-    response.headers[HEADER_LENGTH] = str(len(head))
-    response.content_length = len(head) + sum(len(chunk) for chunk in chunks)
-    return response
+    if decoded.request_id is not None:
+        answer["id"] = decoded.request_id
+    return dumps_bytes(answer), chunks
 
 
 def _parameters(raw: object, model: Model) -> tuple[dict[str, Any], bool]:

@@ -530,10 +530,17 @@ def test_bool_bytes_other_than_0_and_1_are_refused(client: FlaskClient) -> None:
             "string",
         ),
         (
+            # A rank the model does not take: its rule and /v1's message (a 422), not a malformed shape.
             {"inputs": [{"name": "logits", "shape": [1, 1, 1, 1, 1], "datatype": "FP64", "data": [1]}]},
+            422,
+            "logits",
+            "rank 1 to 4",
+        ),
+        (
+            {"inputs": [{"name": "logits", "shape": [1] * 33, "datatype": "FP64", "data": [1]}]},
             400,
             "logits",
-            "4",
+            "at most 32",
         ),
         (
             {"inputs": [{"name": "logits", "shape": [-1], "datatype": "FP64", "data": [1]}]},

@@ -5,6 +5,7 @@ computation. References are NumPy's own arithmetic or /v1's answer to the same r
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from werkzeug.test import TestResponse
 
 from tests.problems import assert_problem
 
+HEADER = "Inference-Header-Content-Length"
 QUERY = np.array([[1.0, 0.0], [0.0, 1.0]])
 KEY = np.array([[1.0, 0.0], [0.0, 1.0]])
 VALUE = np.array([[6.0, 0.0], [0.0, 3.0]])
@@ -111,6 +113,87 @@ def test_a_top_output_without_top_logprobs_says_why(
     ]
 
 
+def _v1_errors(client: FlaskClient, body: dict[str, Any]) -> dict[str, list[str]]:
+    problem = assert_problem(client.post("/v1/attention", json=body), 422)
+    errors: dict[str, list[str]] = problem["errors"]
+    return errors
+
+
+def _binary(tensors: list[tuple[str, np.ndarray]]) -> tuple[bytes, dict[str, str]]:
+    chunks = [np.ascontiguousarray(array, dtype="<f8").tobytes() for _, array in tensors]
+    inputs = [
+        {
+            "name": name,
+            "shape": list(array.shape),
+            "datatype": "FP64",
+            "parameters": {"binary_data_size": len(c)},
+        }
+        for (name, array), c in zip(tensors, chunks, strict=True)
+    ]
+    head = json.dumps({"inputs": inputs}).encode()
+    return head + b"".join(chunks), {HEADER: str(len(head)), "Content-Type": "application/octet-stream"}
+
+
+@pytest.mark.parametrize("framing", ["json", "binary"])
+def test_a_query_of_rank_five_gets_the_v1_rank_message(client: FlaskClient, framing: str) -> None:
+    """Rank 5 breaks the same rule on both protocols (query takes rank 1 to 4): the same 422 and message,
+    not a /v2-only 400 about the shape list."""
+    query = np.ones((1, 1, 1, 2, 2))
+    expected = _v1_errors(client, {"query": query.tolist(), "key": KEY.tolist(), "value": VALUE.tolist()})
+    if framing == "json":
+        response = infer(client, "attention", {"inputs": [tensor("query", query), *ATTENTION_INPUTS[1:]]})
+    else:
+        body, headers = _binary([("query", query), ("key", KEY), ("value", VALUE)])
+        response = client.post("/v2/models/attention/infer", data=body, headers=headers)
+    problem = assert_problem(response, 422, field="query")
+    assert problem["errors"] == expected
+
+
+@pytest.mark.parametrize("framing", ["json", "binary"])
+def test_an_empty_dimension_gets_the_v1_message(client: FlaskClient, framing: str) -> None:
+    expected = _v1_errors(client, {"query": [[]], "key": KEY.tolist(), "value": VALUE.tolist()})
+    query = np.ones((2, 0))
+    if framing == "json":
+        response = infer(client, "attention", {"inputs": [tensor("query", query), *ATTENTION_INPUTS[1:]]})
+    else:
+        body, headers = _binary([("query", query), ("key", KEY), ("value", VALUE)])
+        response = client.post("/v2/models/attention/infer", data=body, headers=headers)
+    problem = assert_problem(response, 422, field="query")
+    assert problem["errors"] == expected
+
+
+LONG_NAME = "rotary." + "x" * 1_000_000
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+def test_a_megabyte_parameter_name_is_not_echoed_whole(client: FlaskClient, protocol: str) -> None:
+    """Input tensor names are cut to 60 characters in messages so a megabyte of name is not echoed three
+    times; an unknown parameter (or /v1 field) must be too: the refusal stays small whatever the name."""
+    if protocol == "v2":
+        response = infer(client, "attention", {"inputs": ATTENTION_INPUTS, "parameters": {LONG_NAME: 1}})
+    else:
+        body = {"query": QUERY.tolist(), "key": KEY.tolist(), "value": VALUE.tolist(), LONG_NAME: 1}
+        response = client.post("/v1/attention", json=body)
+    assert_problem(response, 422)
+    assert len(response.get_data()) < 16_384
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+def test_a_long_window_is_refused_by_its_length_before_its_entries(
+    client: FlaskClient, protocol: str
+) -> None:
+    """window takes two entries; a list of a million is refused for its length without a message built per
+    entry (each entry's check is what makes a 16 MiB window list cost tens of seconds of CPU)."""
+    window = [-1, -1, -1]
+    if protocol == "v2":
+        response = infer(client, "attention", {"inputs": ATTENTION_INPUTS, "parameters": {"window": window}})
+    else:
+        body = {"query": QUERY.tolist(), "key": KEY.tolist(), "value": VALUE.tolist(), "window": window}
+        response = client.post("/v1/attention", json=body)
+    problem = assert_problem(response, 422, field="window")
+    assert problem["errors"]["window"] == ["Length must be 2."]
+
+
 @pytest.mark.parametrize("parameters", ["binary", ["binary_data"], 7])
 def test_output_parameters_that_are_not_an_object_are_refused_saying_so(
     client: FlaskClient, parameters: Any
@@ -118,3 +201,30 @@ def test_output_parameters_that_are_not_an_object_are_refused_saying_so(
     body = {"inputs": ATTENTION_INPUTS, "outputs": [{"name": "output", "parameters": parameters}]}
     problem = assert_problem(infer(client, "attention", body), 400, field="outputs")
     assert problem["errors"]["outputs"] == ["outputs[0].parameters must be an object."]
+
+
+@pytest.mark.parametrize("protocol", ["v1", "v2"])
+def test_a_large_body_is_decoded_off_the_workers_loop(
+    client: FlaskClient, monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    """/v1 parses and loads a body over DECODE_ON_THREAD_BYTES on the decoding thread, so the gevent loop
+    keeps answering /livez; /v2's JSON tensors (and a million-entry window parameter, 5.9 s of CPU) are
+    decoded on the loop. Under gevent both must hand the decoding to the thread."""
+    import service.web.admission as admission_module
+
+    handed: list[bool] = []
+
+    def on_decode_thread(self: admission_module.Admission, decode: Any) -> Any:
+        handed.append(True)
+        return decode()
+
+    monkeypatch.setattr(admission_module, "under_gevent", lambda: True)
+    monkeypatch.setattr(admission_module.Admission, "on_decode_thread", on_decode_thread)
+    logits = np.random.default_rng(7).normal(size=(64, 2048))
+    assert logits.size * 18 > admission_module.DECODE_ON_THREAD_BYTES  # the JSON text is over the threshold
+    if protocol == "v2":
+        response = infer(client, "softmax", {"inputs": [tensor("logits", logits)]})
+    else:
+        response = client.post("/v1/softmax", json={"logits": logits.tolist()})
+    assert response.status_code == 200, response.get_data(as_text=True)[:300]
+    assert handed == [True]
