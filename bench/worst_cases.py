@@ -29,12 +29,15 @@ import numpy as np
 
 from service import create_app
 from service.protocols.declarations.attention import AttentionRequestSchema
+from service.protocols.declarations.feed_forward import FeedForwardRequestSchema
+from service.protocols.declarations.layer_norm import LayerNormRequestSchema
 from service.protocols.declarations.likelihood import LikelihoodRequestSchema
 from service.protocols.declarations.multihead import MultiHeadRequestSchema
 from service.protocols.declarations.positions import PositionalEncodingRequestSchema
 from service.protocols.declarations.sample import SampleRequestSchema
 from service.protocols.declarations.schemas import RequestSchema
 from service.protocols.declarations.softmax import SoftmaxRequestSchema
+from service.protocols.declarations.transformer_block import TransformerBlockRequestSchema
 from service.requests import SampleRequest, SoftmaxRequest
 from service.web.limits import admit_work
 from service.web.problems import Problem
@@ -154,6 +157,63 @@ def positional_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
     return "/v1/positional-encoding", {"kind": "rotary", "x": [[1, 0] * 32] * rows}
 
 
+def layer_norm_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
+    """LayerNorm of x [1,398,101 (+ step), 4]: as many rows as the held arrays allow (three the size of x).
+
+    Searched: d = 1, 2, 4, 8, 64, layer and rms, with and without weight and bias, each at its first limit
+    (the held arrays, the answer or the body). Short rows cost the most per entry (a reduction per row), so
+    the narrowest rows that the body can still carry up to the limit of the arrays are the most expensive;
+    all took 0.1-0.2 s.
+    """
+    rows = 1_398_101 // shrink + step
+    return "/v1/layer-norm", {"x": [[1, 0, 1, 0]] * rows, "weight": [1.0] * 4, "bias": [0.0] * 4}
+
+
+def feed_forward_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
+    """512 (+ step) sequences of one token, d_model 512, d_ff 2048, relu: one-row products at the compute
+    bound.
+
+    Searched: d_model 1 … 1024 with d_ff 4 × d_model or d_ff up to 1M, rows of one token (products at
+    dot-product speed, counted 8 × slower) and of many, every activation (exact GELU's erfc at the held
+    arrays' limit took 0.3 s), each scaled to its first limit within the body limit. The widest weights
+    the body holds, multiplied one row at a time, cost the most per counted unit.
+    """
+    rng = np.random.default_rng(18)
+    return "/v1/feed-forward", {
+        "x": _numbers(rng, (512 // shrink + step, 1, 512)),
+        "w_1": _numbers(rng, (512, 2048)),
+        "w_2": _numbers(rng, (2048, 512)),
+    }
+
+
+def transformer_block_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
+    """One sequence of 5774 (+ step) tokens, d_model 2, two query heads of width 1 on one key/value head,
+    causal, softcap and ALiBi: the attention scores at the compute bound, as attention's own worst case.
+
+    Searched: the multi-head layer's worst case inside a block, d_model 1 and 2 with feed-forward layers of
+    64 to 4096 (gelu, geglu), and long single sequences; each scaled to its first limit. The block counts its
+    parts as their endpoints do, summed: a long sequence is attention's scores, and costs what they cost.
+    """
+    rng = np.random.default_rng(18)
+    n = 5774 // shrink + step
+    return "/v1/transformer-block", {
+        "x": _numbers(rng, (n, 2)),
+        "attention": {
+            "w_q": _numbers(rng, (2, 2)),
+            "w_k": _numbers(rng, (2, 1)),
+            "w_v": _numbers(rng, (2, 1)),
+            "w_o": _numbers(rng, (2, 2)),
+            "num_heads": 2,
+            "num_kv_heads": 1,
+            "causal": True,
+            "softcap": 30.0,
+            "alibi_slopes": [0.01, 0.02],
+        },
+        "feed_forward": {"w_1": _numbers(rng, (2, 8)), "w_2": _numbers(rng, (8, 2)), "activation": "gelu"},
+        "norm_1": {"kind": "rms"},
+    }
+
+
 def _longest_row(path: str, options: Body) -> int:
     """The most logits one row may hold under ``options`` (top_k at half the row) before a limit refuses it:
     found by bisection on the typed request's work, with a broadcast row that allocates nothing."""
@@ -199,6 +259,9 @@ BUILDERS: dict[str, Callable[[int, int], tuple[str, Body]]] = {
     "sample": sample_worst_case,
     "multi-head-attention": multi_head_worst_case,
     "positional-encoding": positional_worst_case,
+    "layer-norm": layer_norm_worst_case,
+    "feed-forward": feed_forward_worst_case,
+    "transformer-block": transformer_block_worst_case,
 }
 
 SCHEMAS: dict[str, type[RequestSchema]] = {
@@ -208,6 +271,9 @@ SCHEMAS: dict[str, type[RequestSchema]] = {
     "/v1/sample": SampleRequestSchema,
     "/v1/multi-head-attention": MultiHeadRequestSchema,
     "/v1/positional-encoding": PositionalEncodingRequestSchema,
+    "/v1/layer-norm": LayerNormRequestSchema,
+    "/v1/feed-forward": FeedForwardRequestSchema,
+    "/v1/transformer-block": TransformerBlockRequestSchema,
 }
 
 

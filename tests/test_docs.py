@@ -170,7 +170,7 @@ def test_the_curl_examples_in_docs_layers_are_the_services_answers() -> None:
     text = (ROOT / "docs" / "layers.md").read_text(encoding="utf-8")
     example = r"\$ curl [^\n]*localhost:8000(\S+)[^\n]*\n\s+-d '([^\n]+)'\n\s+(\{[^\n]+\})\n"
     examples = re.findall(example, text)
-    assert len(examples) == 6
+    assert len(examples) == 7
     client = create_app({"TESTING": True}).test_client()
     for path, body, answer in examples:
         assert client.post(path, json=json.loads(body)).get_json() == json.loads(answer), path

@@ -25,6 +25,9 @@ def test_every_endpoint_has_a_worst_case_with_its_path() -> None:
         "sample": "/v1/sample",
         "multi-head-attention": "/v1/multi-head-attention",
         "positional-encoding": "/v1/positional-encoding",
+        "layer-norm": "/v1/layer-norm",
+        "feed-forward": "/v1/feed-forward",
+        "transformer-block": "/v1/transformer-block",
     }
 
 

@@ -14,6 +14,22 @@ export function attention(body, options) {
 }
 
 /**
+ * POST /v1/feed-forward: {x, w_1, w_2, b_1?, b_2?, activation?, w_3?, b_3?, include?, precision?}. A
+ * feed-forward layer, plain (relu, gelu, gelu_tanh, silu) or gated (swiglu, geglu).
+ */
+export function feedForward(body, options) {
+  return postJson("/v1/feed-forward", body, options);
+}
+
+/**
+ * POST /v1/layer-norm: {x, kind?, weight?, bias?, eps?, precision?}. LayerNorm or RMSNorm over the last axis,
+ * with an optional weight and bias per feature.
+ */
+export function layerNorm(body, options) {
+  return postJson("/v1/layer-norm", body, options);
+}
+
+/**
  * POST /v1/log-likelihood: {logits, targets, shift?, ignore_index?, temperature?, top_logprobs?, precision?}.
  * Per-token log-probabilities and ranks, and per-sequence log-likelihood, NLL and perplexity.
  */
@@ -54,4 +70,12 @@ export function sample(body, options) {
  */
 export function softmax(body, options) {
   return postJson("/v1/softmax", body, options);
+}
+
+/**
+ * POST /v1/transformer-block: {x, attention, feed_forward, norm_1?, norm_2?, norm_position?, include?,
+ * precision?}. One Transformer block over a sequence (self-attention), pre-norm or post-norm.
+ */
+export function transformerBlock(body, options) {
+  return postJson("/v1/transformer-block", body, options);
 }

@@ -17,6 +17,7 @@ import { PositionalEncoding } from "./widgets/positional-encoding.js";
 import { SoftmaxTemperature } from "./widgets/softmax-temperature.js";
 import { TextGeneration } from "./widgets/text-generation.js";
 import { TokenLikelihood } from "./widgets/token-likelihood.js";
+import { TransformerBlock } from "./widgets/transformer-block.js";
 
 export { defineWidget, formatNumber, readoutFor, ServiceWidget, viridis } from "./widgets/base.js";
 export { bigramLogits, bigramModel, ngramModel } from "./widgets/bigram.js";
@@ -29,6 +30,7 @@ export {
   SoftmaxTemperature,
   TextGeneration,
   TokenLikelihood,
+  TransformerBlock,
 };
 
 for (const widget of [
@@ -39,5 +41,6 @@ for (const widget of [
   MultiHeadAttention,
   PositionalEncoding,
   KvCache,
+  TransformerBlock,
 ])
   defineWidget(widget);

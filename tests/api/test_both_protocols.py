@@ -31,6 +31,20 @@ REQUIRED: dict[str, dict[str, Any]] = {
         "num_heads": 2,
     },
     "positional-encoding": {"kind": "rotary", "x": [[1.0, 0.0], [0.0, 1.0]]},
+    "layer-norm": {"x": [[1.0, 2.0, 4.0]]},
+    "feed-forward": {"x": [[1.0, -1.0]], "w_1": [[1.0, 0.5], [0.0, 1.0]], "w_2": [[1.0, 0.0], [0.0, 1.0]]},
+    # By path inside the nested parts, as /v2 takes them: two heads of width 2, so that rotary has a pair.
+    "transformer-block": {
+        "x": [[1.0, 0.0], [0.0, 1.0]],
+        **{
+            f"attention.{name}": [[1.0, 0.0, 0.5, 0.0], [0.0, 1.0, 0.0, 0.5]]
+            for name in ("w_q", "w_k", "w_v")
+        },
+        "attention.w_o": [[1.0, 0.0], [0.0, 1.0], [0.5, 0.0], [0.0, 0.5]],
+        "attention.num_heads": 2,
+        "feed_forward.w_1": [[1.0, 0.5], [0.0, 1.0]],
+        "feed_forward.w_2": [[1.0, 0.0], [0.0, 1.0]],
+    },
 }
 
 CASES = [(model, path) for model in MODELS.values() for path in model.parameter_fields]
@@ -41,17 +55,21 @@ def test_every_model_has_its_required_fields_here() -> None:
     assert set(REQUIRED) == set(MODELS)
 
 
-def _at_path(path: str, value: Any) -> dict[str, Any]:
-    """``{"rotary.base": 2}`` as /v1 JSON: ``{"rotary": {"base": 2}}``."""
-    *parents, leaf = path.split(".")
-    body: dict[str, Any] = {leaf: value}
-    for parent in reversed(parents):
-        body = {parent: body}
+def _at_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """``{"rotary.base": 2, "query": q}`` as /v1 JSON: ``{"rotary": {"base": 2}, "query": q}``; a value at
+    a path inside an object joins the object's other members."""
+    body: dict[str, Any] = {}
+    for path, value in values.items():
+        *parents, leaf = path.split(".")
+        level = body
+        for parent in parents:
+            level = level.setdefault(parent, {})
+        level[leaf] = value
     return body
 
 
 def _v1(client: FlaskClient, model: Model, path: str, value: Any) -> Any:
-    return client.post(f"/v1/{model.name}", json={**REQUIRED[model.name], **_at_path(path, value)})
+    return client.post(f"/v1/{model.name}", json=_at_paths({**REQUIRED[model.name], path: value}))
 
 
 def _v2(client: FlaskClient, model: Model, path: str, value: Any) -> Any:

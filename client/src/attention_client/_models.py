@@ -16,18 +16,134 @@ from numpy.typing import ArrayLike, NDArray
 from attention_client._results import BoolArray, FloatArray, IntArray
 from attention_client._spec import ModelSpec, Option, Output, Tensor
 
+Activation = Literal["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]
 AttentionInclude = Literal["weights", "scores", "logsumexp"]
 CausalAlignment = Literal["lower_right", "upper_left"]
 EmptyRows = Literal["error", "zero"]
-Kind = Literal["sinusoidal", "rotary"]
+FeedForwardInclude = Literal["hidden"]
+LayerNormKind = Literal["layer", "rms"]
 MultiHeadAttentionInclude = Literal["weights", "scores", "heads", "q", "k", "v"]
+NormPosition = Literal["pre", "post"]
 PositionalEncodingInclude = Literal["tables"]
+PositionalEncodingKind = Literal["sinusoidal", "rotary"]
 Precision = Literal["float64", "float32"]
 SoftmaxInclude = Literal["log_probabilities"]
 Style = Literal["half", "interleaved"]
+TransformerBlockInclude = Literal["weights", "residual"]
+TransformerBlockKind = Literal["layer", "rms"]
 
 
 ATTENTION_INCLUDE: tuple[AttentionInclude, ...] = ("weights",)
+
+
+class FeedForwardFields(TypedDict, total=False):
+    """The body of /v1/feed-forward without x, include and precision; w_2 must give d_model columns."""
+
+    w_1: Sequence[Sequence[float]]
+    """First projection, [d_model, d_ff] (x @ w_1); the gated one for swiglu and geglu."""
+    w_2: Sequence[Sequence[float]]
+    """Output projection, [d_ff, d_out]."""
+    b_1: Sequence[float] | None
+    """Bias of w_1, [d_ff]."""
+    b_2: Sequence[float] | None
+    """Bias of w_2, [d_out]."""
+    activation: Activation | None
+    """relu, gelu (exact: z·Φ(z)), gelu_tanh (PyTorch's approximate='tanh'), silu: act(x @ w_1 + b_1) @ w_2 +
+    b_2. swiglu and geglu (gated, LLaMA's convention): (act(x @ w_1 + b_1) ⊙ (x @ w_3 + b_3)) @ w_2 + b_2 with
+    act silu or gelu."""
+    w_3: Sequence[Sequence[float]] | None
+    """The gated activations' other projection, [d_model, d_ff]: required for swiglu and geglu, refused for
+    the others."""
+    b_3: Sequence[float] | None
+    """Bias of w_3, [d_ff]; gated activations only."""
+
+
+class MultiHeadFields(TypedDict, total=False):
+    """The body of /v1/multi-head-attention without query, key, value, include and precision: self-attention
+    over the block's rows, with every option (causal, rotary, …); w_o must give d_model columns."""
+
+    causal: bool | None
+    """Hide future keys."""
+    causal_alignment: CausalAlignment | None
+    """lower_right: the queries are the last n of the m positions (key j is hidden from query i when j > i + m
+    - n); upper_left: hidden when j > i (PyTorch's is_causal)."""
+    scale: float | None
+    """Multiplies QKᵀ; default 1/sqrt(d_k)."""
+    window: Sequence[int | None] | None
+    """[left, right] (null = unbounded on that side): key j is visible from query i only when i' - left <= j
+    <= i' + right, where i' = i + m - n under lower_right alignment and i under upper_left. Combined with mask
+    and causal by AND (FlashAttention's window_size)."""
+    softcap: float | None
+    """Logit soft-capping (Gemma 2): scaled scores become softcap * tanh(scores / softcap), before bias, ALiBi
+    and masking."""
+    rotary: Rotary | None
+    """Rotary position embedding of the query and key rows before the scores (the scores and weights returned
+    are the rotated ones)."""
+    empty_rows: EmptyRows | None
+    """What to do with a query row that sees no key: error (422 naming the row) or zero (all-zero weights and
+    output, row listed in empty_rows)."""
+    w_q: Sequence[Sequence[float]]
+    """Query projection, [d_model, num_heads · d_k] (x @ w_q)."""
+    w_k: Sequence[Sequence[float]]
+    """Key projection, [d_kv_model, num_kv_heads · d_k]."""
+    w_v: Sequence[Sequence[float]]
+    """Value projection, [d_kv_model, num_kv_heads · d_v]."""
+    w_o: Sequence[Sequence[float]]
+    """Output projection of the concatenated heads, [num_heads · d_v, d_out]."""
+    b_q: Sequence[float] | None
+    """Query projection bias, [num_heads · d_k]."""
+    b_k: Sequence[float] | None
+    """Key projection bias, [num_kv_heads · d_k]."""
+    b_v: Sequence[float] | None
+    """Value projection bias, [num_kv_heads · d_v]."""
+    b_o: Sequence[float] | None
+    """Output projection bias, [d_out]."""
+    num_heads: int
+    """Query heads H_q."""
+    num_kv_heads: int | None
+    """Key/value heads H_kv (default num_heads); num_heads must be a multiple. Query head i reads key/value
+    head i // (num_heads / num_kv_heads): grouped-query attention; 1 is multi-query attention."""
+    mask: (
+        Sequence[bool]
+        | Sequence[Sequence[bool]]
+        | Sequence[Sequence[Sequence[bool]]]
+        | Sequence[Sequence[Sequence[Sequence[bool]]]]
+        | None
+    )
+    """true = may attend; broadcastable to the per-head weights [..., H_q, n, m]."""
+    bias: (
+        Sequence[float]
+        | Sequence[Sequence[float]]
+        | Sequence[Sequence[Sequence[float]]]
+        | Sequence[Sequence[Sequence[Sequence[float]]]]
+        | None
+    )
+    """Added to every head's scaled scores; broadcastable to [..., H_q, n, m]."""
+    alibi_slopes: (
+        float
+        | Sequence[float]
+        | Sequence[Sequence[float]]
+        | Sequence[Sequence[Sequence[float]]]
+        | Sequence[Sequence[Sequence[Sequence[float]]]]
+        | None
+    )
+    """ALiBi: one slope per head, broadcastable to [..., H_q]."""
+
+
+class NormFields(TypedDict, total=False):
+    """Before the feed-forward layer (pre) or after its residual add (post). The body of /v1/layer-norm
+    without x (kind, weight, bias, eps); default: LayerNorm with weight 1, bias 0 and eps 1e-5, as PyTorch's
+    layers start."""
+
+    kind: LayerNormKind | None
+    """layer: (x − mean) / sqrt(var + eps) · weight + bias over the last axis, with the population variance
+    (PyTorch's F.layer_norm); rms: x / sqrt(mean(x²) + eps) · weight (nn.RMSNorm)."""
+    weight: Sequence[float] | None
+    """Scales each feature, [d]; default ones."""
+    bias: Sequence[float] | None
+    """Shifts each feature, [d]; default zeros; kind layer only (refused for rms)."""
+    eps: float | None
+    """Added to the variance (or the mean square) under the square root."""
 
 
 class Rotary(TypedDict, total=False):
@@ -63,6 +179,24 @@ class AttentionResult:
     """The scale that was used."""
     empty_rows: IntArray
     """Index lists (into [..., n]) of query rows that saw no key."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeedForwardResult:
+    """What feed_forward answers (the outputs of the /v2 model feed-forward)."""
+
+    output: FloatArray
+    """The layer's output, [..., d_out]."""
+    hidden: FloatArray | None = None
+    """The hidden activations, [..., d_ff]."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerNormResult:
+    """What layer_norm answers (the outputs of the /v2 model layer-norm)."""
+
+    output: FloatArray
+    """x normalized, [..., d]."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,6 +289,18 @@ class SoftmaxResult:
     """The temperature that was used."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class TransformerBlockResult:
+    """What transformer_block answers (the outputs of the /v2 model transformer-block)."""
+
+    output: FloatArray
+    """The block's output, [..., n, d_model]."""
+    weights: FloatArray | None = None
+    """Per-head attention weights, [..., H, n, n]."""
+    residual: FloatArray | None = None
+    """The residual stream h between the sublayers, [..., n, d_model]."""
+
+
 ATTENTION = ModelSpec(
     operation_id="attention",
     v1_path="/v1/attention",
@@ -241,6 +387,78 @@ ATTENTION = ModelSpec(
         Output("empty_rows", "integer", required=True, depth=2),
     ),
     result=AttentionResult,
+)
+
+
+FEED_FORWARD = ModelSpec(
+    operation_id="feedForward",
+    v1_path="/v1/feed-forward",
+    v2_model="feed-forward",
+    tensors=(
+        Tensor("x", "number", 1, 4, required=True),
+        Tensor("w_1", "number", 2, 2, required=True),
+        Tensor("w_2", "number", 2, 2, required=True),
+        Tensor("b_1", "number", 1, 1, required=False),
+        Tensor("b_2", "number", 1, 1, required=False),
+        Tensor("w_3", "number", 2, 2, required=False),
+        Tensor("b_3", "number", 1, 1, required=False),
+    ),
+    options=(
+        Option(
+            "activation",
+            {
+                "anyOf": [
+                    {"type": "string", "enum": ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]},
+                    {"type": "null"},
+                ]
+            },
+            v2=("activation",),
+            flatten="none",
+        ),
+        Option(
+            "precision",
+            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            v2=("precision",),
+            flatten="none",
+        ),
+    ),
+    include=("hidden",),
+    include_v2=True,
+    outputs=(
+        Output("output", "number", required=True),
+        Output("hidden", "number"),
+    ),
+    result=FeedForwardResult,
+)
+
+
+LAYER_NORM = ModelSpec(
+    operation_id="layerNorm",
+    v1_path="/v1/layer-norm",
+    v2_model="layer-norm",
+    tensors=(
+        Tensor("x", "number", 1, 4, required=True),
+        Tensor("weight", "number", 1, 1, required=False),
+        Tensor("bias", "number", 1, 1, required=False),
+    ),
+    options=(
+        Option(
+            "kind",
+            {"anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}]},
+            v2=("kind",),
+            flatten="none",
+        ),
+        Option("eps", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=("eps",), flatten="none"),
+        Option(
+            "precision",
+            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            v2=("precision",),
+            flatten="none",
+        ),
+    ),
+    include=None,
+    outputs=(Output("output", "number", required=True),),
+    result=LayerNormResult,
 )
 
 
@@ -525,6 +743,444 @@ SOFTMAX = ModelSpec(
 )
 
 
+TRANSFORMER_BLOCK = ModelSpec(
+    operation_id="transformerBlock",
+    v1_path="/v1/transformer-block",
+    v2_model="transformer-block",
+    tensors=(Tensor("x", "number", 2, 4, required=True),),
+    options=(
+        Option(
+            "attention",
+            {
+                "type": "object",
+                "properties": {
+                    "causal": {"type": ["boolean", "null"]},
+                    "causal_alignment": {
+                        "anyOf": [{"type": "string", "enum": ["lower_right", "upper_left"]}, {"type": "null"}]
+                    },
+                    "scale": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                    "window": {
+                        "type": ["array", "null"],
+                        "minItems": 2,
+                        "maxItems": 2,
+                        "items": {"type": ["integer", "null"], "minimum": 0},
+                    },
+                    "softcap": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                    "rotary": {
+                        "anyOf": [
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "base": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                                    "style": {
+                                        "anyOf": [
+                                            {"type": "string", "enum": ["half", "interleaved"]},
+                                            {"type": "null"},
+                                        ]
+                                    },
+                                    "dim": {"type": ["integer", "null"], "minimum": 2},
+                                    "query_offset": {"type": ["integer", "null"]},
+                                    "key_offset": {"type": ["integer", "null"]},
+                                },
+                                "additionalProperties": False,
+                            },
+                            {"type": "null"},
+                        ]
+                    },
+                    "empty_rows": {
+                        "anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}]
+                    },
+                    "w_q": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                        "minItems": 1,
+                    },
+                    "w_k": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                        "minItems": 1,
+                    },
+                    "w_v": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                        "minItems": 1,
+                    },
+                    "w_o": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                        "minItems": 1,
+                    },
+                    "b_q": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                            {"type": "null"},
+                        ]
+                    },
+                    "b_k": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                            {"type": "null"},
+                        ]
+                    },
+                    "b_v": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                            {"type": "null"},
+                        ]
+                    },
+                    "b_o": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                            {"type": "null"},
+                        ]
+                    },
+                    "num_heads": {"type": "integer", "minimum": 1},
+                    "num_kv_heads": {"type": ["integer", "null"], "minimum": 1},
+                    "mask": {
+                        "anyOf": [
+                            {
+                                "anyOf": [
+                                    {"type": "array", "items": {"type": "boolean"}, "minItems": 1},
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {"type": "boolean"},
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "array",
+                                                "items": {"type": "boolean"},
+                                                "minItems": 1,
+                                            },
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "array",
+                                                "items": {
+                                                    "type": "array",
+                                                    "items": {"type": "boolean"},
+                                                    "minItems": 1,
+                                                },
+                                                "minItems": 1,
+                                            },
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                ]
+                            },
+                            {"type": "null"},
+                        ]
+                    },
+                    "bias": {
+                        "anyOf": [
+                            {
+                                "anyOf": [
+                                    {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {"type": "number"},
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "array",
+                                                "items": {"type": "number"},
+                                                "minItems": 1,
+                                            },
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "array",
+                                                "items": {
+                                                    "type": "array",
+                                                    "items": {"type": "number"},
+                                                    "minItems": 1,
+                                                },
+                                                "minItems": 1,
+                                            },
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                ]
+                            },
+                            {"type": "null"},
+                        ]
+                    },
+                    "alibi_slopes": {
+                        "anyOf": [
+                            {
+                                "anyOf": [
+                                    {"type": "number"},
+                                    {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {"type": "number"},
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "array",
+                                                "items": {"type": "number"},
+                                                "minItems": 1,
+                                            },
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                    {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "array",
+                                            "items": {
+                                                "type": "array",
+                                                "items": {
+                                                    "type": "array",
+                                                    "items": {"type": "number"},
+                                                    "minItems": 1,
+                                                },
+                                                "minItems": 1,
+                                            },
+                                            "minItems": 1,
+                                        },
+                                        "minItems": 1,
+                                    },
+                                ]
+                            },
+                            {"type": "null"},
+                        ]
+                    },
+                },
+                "required": ["num_heads", "w_k", "w_o", "w_q", "w_v"],
+                "additionalProperties": False,
+            },
+            v2=(
+                "attention.causal",
+                "attention.causal_alignment",
+                "attention.scale",
+                "attention.window",
+                "attention.softcap",
+                "attention.rotary.base",
+                "attention.rotary.style",
+                "attention.rotary.dim",
+                "attention.rotary.query_offset",
+                "attention.rotary.key_offset",
+                "attention.empty_rows",
+                "attention.num_heads",
+                "attention.num_kv_heads",
+            ),
+            flatten="object",
+            tensors=(
+                Tensor("attention.w_q", "number", 2, 2, required=False),
+                Tensor("attention.w_k", "number", 2, 2, required=False),
+                Tensor("attention.w_v", "number", 2, 2, required=False),
+                Tensor("attention.w_o", "number", 2, 2, required=False),
+                Tensor("attention.b_q", "number", 1, 1, required=False),
+                Tensor("attention.b_k", "number", 1, 1, required=False),
+                Tensor("attention.b_v", "number", 1, 1, required=False),
+                Tensor("attention.b_o", "number", 1, 1, required=False),
+                Tensor("attention.mask", "boolean", 1, 4, required=False),
+                Tensor("attention.bias", "number", 1, 4, required=False),
+                Tensor("attention.alibi_slopes", "number", 0, 4, required=False),
+            ),
+        ),
+        Option(
+            "feed_forward",
+            {
+                "type": "object",
+                "properties": {
+                    "w_1": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                        "minItems": 1,
+                    },
+                    "w_2": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                        "minItems": 1,
+                    },
+                    "b_1": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                            {"type": "null"},
+                        ]
+                    },
+                    "b_2": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                            {"type": "null"},
+                        ]
+                    },
+                    "activation": {
+                        "anyOf": [
+                            {
+                                "type": "string",
+                                "enum": ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"],
+                            },
+                            {"type": "null"},
+                        ]
+                    },
+                    "w_3": {
+                        "anyOf": [
+                            {
+                                "type": "array",
+                                "items": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                                "minItems": 1,
+                            },
+                            {"type": "null"},
+                        ]
+                    },
+                    "b_3": {
+                        "anyOf": [
+                            {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                            {"type": "null"},
+                        ]
+                    },
+                },
+                "required": ["w_1", "w_2"],
+                "additionalProperties": False,
+            },
+            v2=("feed_forward.activation",),
+            flatten="object",
+            tensors=(
+                Tensor("feed_forward.w_1", "number", 2, 2, required=False),
+                Tensor("feed_forward.w_2", "number", 2, 2, required=False),
+                Tensor("feed_forward.b_1", "number", 1, 1, required=False),
+                Tensor("feed_forward.b_2", "number", 1, 1, required=False),
+                Tensor("feed_forward.w_3", "number", 2, 2, required=False),
+                Tensor("feed_forward.b_3", "number", 1, 1, required=False),
+            ),
+        ),
+        Option(
+            "norm_1",
+            {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "kind": {
+                                "anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}]
+                            },
+                            "weight": {
+                                "anyOf": [
+                                    {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                                    {"type": "null"},
+                                ]
+                            },
+                            "bias": {
+                                "anyOf": [
+                                    {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                                    {"type": "null"},
+                                ]
+                            },
+                            "eps": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                        },
+                        "additionalProperties": False,
+                    },
+                    {"type": "null"},
+                ]
+            },
+            v2=("norm_1.kind", "norm_1.eps"),
+            flatten="object",
+            tensors=(
+                Tensor("norm_1.weight", "number", 1, 1, required=False),
+                Tensor("norm_1.bias", "number", 1, 1, required=False),
+            ),
+        ),
+        Option(
+            "norm_2",
+            {
+                "anyOf": [
+                    {
+                        "type": "object",
+                        "properties": {
+                            "kind": {
+                                "anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}]
+                            },
+                            "weight": {
+                                "anyOf": [
+                                    {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                                    {"type": "null"},
+                                ]
+                            },
+                            "bias": {
+                                "anyOf": [
+                                    {"type": "array", "items": {"type": "number"}, "minItems": 1},
+                                    {"type": "null"},
+                                ]
+                            },
+                            "eps": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                        },
+                        "additionalProperties": False,
+                    },
+                    {"type": "null"},
+                ]
+            },
+            v2=("norm_2.kind", "norm_2.eps"),
+            flatten="object",
+            tensors=(
+                Tensor("norm_2.weight", "number", 1, 1, required=False),
+                Tensor("norm_2.bias", "number", 1, 1, required=False),
+            ),
+        ),
+        Option(
+            "norm_position",
+            {"anyOf": [{"type": "string", "enum": ["pre", "post"]}, {"type": "null"}]},
+            v2=("norm_position",),
+            flatten="none",
+        ),
+        Option(
+            "precision",
+            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            v2=("precision",),
+            flatten="none",
+        ),
+    ),
+    include=("weights", "residual"),
+    include_v2=True,
+    outputs=(
+        Output("output", "number", required=True),
+        Output("weights", "number"),
+        Output("residual", "number"),
+    ),
+    result=TransformerBlockResult,
+)
+
+
 class SyncModels:
     """One method per model of the contract (calls); the transport: ``_call``."""
 
@@ -610,6 +1266,109 @@ class SyncModels:
                 "enable_gqa": enable_gqa,
                 "alibi_slopes": alibi_slopes,
                 "include": include,
+            },
+        )
+        return result
+
+    def feed_forward(
+        self,
+        x: ArrayLike,
+        w_1: ArrayLike,
+        w_2: ArrayLike,
+        *,
+        b_1: ArrayLike | None = None,
+        b_2: ArrayLike | None = None,
+        activation: Activation = "relu",
+        w_3: ArrayLike | None = None,
+        b_3: ArrayLike | None = None,
+        include: Collection[FeedForwardInclude] = (),
+        precision: Precision | None = None,
+    ) -> FeedForwardResult:
+        """A feed-forward layer, plain (relu, gelu, gelu_tanh, silu) or gated (swiglu, geglu).
+
+        In the x @ W convention: act(x @ w_1 + b_1) @ w_2 + b_2, or for the gated activations (act(x @ w_1 +
+        b_1) ⊙ (x @ w_3 + b_3)) @ w_2 + b_2 (LLaMA's MLP: w_1 is gate_proj, w_3 up_proj, w_2 down_proj).
+
+        Sent to /v2/models/feed-forward/infer as binary tensors.
+
+        Args:
+            x: The rows, [..., d_model].
+            w_1: First projection, [d_model, d_ff] (x @ w_1); the gated one for swiglu and geglu.
+            w_2: Output projection, [d_ff, d_out].
+            b_1: Bias of w_1, [d_ff].
+            b_2: Bias of w_2, [d_out].
+            activation: relu, gelu (exact: z·Φ(z)), gelu_tanh (PyTorch's approximate='tanh'), silu: act(x @
+                w_1 + b_1) @ w_2 + b_2. swiglu and geglu (gated, LLaMA's convention): (act(x @ w_1 + b_1) ⊙ (x
+                @ w_3 + b_3)) @ w_2 + b_2 with act silu or gelu.
+            w_3: The gated activations' other projection, [d_model, d_ff]: required for swiglu and geglu,
+                refused for the others.
+            b_3: Bias of w_3, [d_ff]; gated activations only.
+            include: ["hidden"] adds the hidden activations [..., d_ff] (what w_2 maps).
+            precision: Floating-point type used for the arithmetic and the numbers in the response. float32
+                roughly halves the response size at about 1e-6 relative accuracy. None: float32 when every
+                float input is float32, else float64.
+
+        Returns a :class:`FeedForwardResult`; raises :class:`InvalidInput` for an argument
+        the service would refuse, :class:`ApiError` for a refusal or a failed call.
+        """
+        result: FeedForwardResult = self._call(
+            FEED_FORWARD,
+            {
+                "x": x,
+                "w_1": w_1,
+                "w_2": w_2,
+                "b_1": b_1,
+                "b_2": b_2,
+                "activation": activation,
+                "w_3": w_3,
+                "b_3": b_3,
+                "include": include,
+                "precision": precision,
+            },
+        )
+        return result
+
+    def layer_norm(
+        self,
+        x: ArrayLike,
+        *,
+        kind: LayerNormKind = "layer",
+        weight: ArrayLike | None = None,
+        bias: ArrayLike | None = None,
+        eps: float = 1e-05,
+        precision: Precision | None = None,
+    ) -> LayerNormResult:
+        """LayerNorm or RMSNorm over the last axis, with an optional weight and bias per feature.
+
+        kind layer: (x − mean) / sqrt(var + eps) · weight + bias, the population variance, as
+        torch.nn.functional.layer_norm; a constant row's output is the bias. kind rms: x / sqrt(mean(x²) +
+        eps) · weight, as torch.nn.RMSNorm. The statistics are computed in float64 whatever the precision.
+
+        Sent to /v2/models/layer-norm/infer as binary tensors.
+
+        Args:
+            x: The rows to normalize, [..., d].
+            kind: layer: (x − mean) / sqrt(var + eps) · weight + bias over the last axis, with the population
+                variance (PyTorch's F.layer_norm); rms: x / sqrt(mean(x²) + eps) · weight (nn.RMSNorm).
+            weight: Scales each feature, [d]; default ones.
+            bias: Shifts each feature, [d]; default zeros; kind layer only (refused for rms).
+            eps: Added to the variance (or the mean square) under the square root.
+            precision: Floating-point type used for the arithmetic and the numbers in the response. float32
+                roughly halves the response size at about 1e-6 relative accuracy. None: float32 when every
+                float input is float32, else float64.
+
+        Returns a :class:`LayerNormResult`; raises :class:`InvalidInput` for an argument
+        the service would refuse, :class:`ApiError` for a refusal or a failed call.
+        """
+        result: LayerNormResult = self._call(
+            LAYER_NORM,
+            {
+                "x": x,
+                "kind": kind,
+                "weight": weight,
+                "bias": bias,
+                "eps": eps,
+                "precision": precision,
             },
         )
         return result
@@ -771,7 +1530,7 @@ class SyncModels:
     def positional_encoding(
         self,
         *,
-        kind: Kind,
+        kind: PositionalEncodingKind,
         positions: ArrayLike | None = None,
         length: int | None = None,
         d_model: int | None = None,
@@ -920,6 +1679,66 @@ class SyncModels:
         )
         return result
 
+    def transformer_block(
+        self,
+        x: ArrayLike,
+        *,
+        attention: MultiHeadFields,
+        feed_forward: FeedForwardFields,
+        norm_1: NormFields | None = None,
+        norm_2: NormFields | None = None,
+        norm_position: NormPosition = "pre",
+        include: Collection[TransformerBlockInclude] = (),
+        precision: Precision | None = None,
+    ) -> TransformerBlockResult:
+        """One Transformer block over a sequence (self-attention), pre-norm or post-norm.
+
+        pre: h = x + MHA(norm_1(x)), y = h + FFN(norm_2(h)); post: h = norm_1(x + MHA(x)), y = norm_2(h +
+        FFN(h)). attention, feed_forward, norm_1 and norm_2 are the bodies of /v1/multi-head-attention,
+        /v1/feed-forward and /v1/layer-norm without their inputs; an error inside one names its path
+        (feed_forward.w_3). The work limits count the whole block.
+
+        Sent to /v2/models/transformer-block/infer as binary tensors.
+
+        Args:
+            x: The tokens' vectors, [..., n, d_model]: the residual stream's input.
+            attention: The body of /v1/multi-head-attention without query, key, value, include and precision:
+                self-attention over the block's rows, with every option (causal, rotary, …); w_o must give
+                d_model columns.
+            feed_forward: The body of /v1/feed-forward without x, include and precision; w_2 must give d_model
+                columns.
+            norm_1: Before attention (pre) or after its residual add (post). The body of /v1/layer-norm
+                without x (kind, weight, bias, eps); default: LayerNorm with weight 1, bias 0 and eps 1e-5, as
+                PyTorch's layers start.
+            norm_2: Before the feed-forward layer (pre) or after its residual add (post). The body of
+                /v1/layer-norm without x (kind, weight, bias, eps); default: LayerNorm with weight 1, bias 0
+                and eps 1e-5, as PyTorch's layers start.
+            norm_position: pre (GPT-2, LLaMA): h = x + MHA(norm_1(x)), y = h + FFN(norm_2(h)); post (Attention
+                Is All You Need §3.1): h = norm_1(x + MHA(x)), y = norm_2(h + FFN(h)).
+            include: weights: the per-head attention weights [..., H, n, n]; residual: the residual stream h
+                between the two sublayers [..., n, d_model].
+            precision: Floating-point type used for the arithmetic and the numbers in the response. float32
+                roughly halves the response size at about 1e-6 relative accuracy. None: float32 when every
+                float input is float32, else float64.
+
+        Returns a :class:`TransformerBlockResult`; raises :class:`InvalidInput` for an argument
+        the service would refuse, :class:`ApiError` for a refusal or a failed call.
+        """
+        result: TransformerBlockResult = self._call(
+            TRANSFORMER_BLOCK,
+            {
+                "x": x,
+                "attention": attention,
+                "feed_forward": feed_forward,
+                "norm_1": norm_1,
+                "norm_2": norm_2,
+                "norm_position": norm_position,
+                "include": include,
+                "precision": precision,
+            },
+        )
+        return result
+
 
 class AsyncModels:
     """One method per model of the contract (asyncio calls); the transport: ``_call``."""
@@ -1006,6 +1825,109 @@ class AsyncModels:
                 "enable_gqa": enable_gqa,
                 "alibi_slopes": alibi_slopes,
                 "include": include,
+            },
+        )
+        return result
+
+    async def feed_forward(
+        self,
+        x: ArrayLike,
+        w_1: ArrayLike,
+        w_2: ArrayLike,
+        *,
+        b_1: ArrayLike | None = None,
+        b_2: ArrayLike | None = None,
+        activation: Activation = "relu",
+        w_3: ArrayLike | None = None,
+        b_3: ArrayLike | None = None,
+        include: Collection[FeedForwardInclude] = (),
+        precision: Precision | None = None,
+    ) -> FeedForwardResult:
+        """A feed-forward layer, plain (relu, gelu, gelu_tanh, silu) or gated (swiglu, geglu).
+
+        In the x @ W convention: act(x @ w_1 + b_1) @ w_2 + b_2, or for the gated activations (act(x @ w_1 +
+        b_1) ⊙ (x @ w_3 + b_3)) @ w_2 + b_2 (LLaMA's MLP: w_1 is gate_proj, w_3 up_proj, w_2 down_proj).
+
+        Sent to /v2/models/feed-forward/infer as binary tensors.
+
+        Args:
+            x: The rows, [..., d_model].
+            w_1: First projection, [d_model, d_ff] (x @ w_1); the gated one for swiglu and geglu.
+            w_2: Output projection, [d_ff, d_out].
+            b_1: Bias of w_1, [d_ff].
+            b_2: Bias of w_2, [d_out].
+            activation: relu, gelu (exact: z·Φ(z)), gelu_tanh (PyTorch's approximate='tanh'), silu: act(x @
+                w_1 + b_1) @ w_2 + b_2. swiglu and geglu (gated, LLaMA's convention): (act(x @ w_1 + b_1) ⊙ (x
+                @ w_3 + b_3)) @ w_2 + b_2 with act silu or gelu.
+            w_3: The gated activations' other projection, [d_model, d_ff]: required for swiglu and geglu,
+                refused for the others.
+            b_3: Bias of w_3, [d_ff]; gated activations only.
+            include: ["hidden"] adds the hidden activations [..., d_ff] (what w_2 maps).
+            precision: Floating-point type used for the arithmetic and the numbers in the response. float32
+                roughly halves the response size at about 1e-6 relative accuracy. None: float32 when every
+                float input is float32, else float64.
+
+        Returns a :class:`FeedForwardResult`; raises :class:`InvalidInput` for an argument
+        the service would refuse, :class:`ApiError` for a refusal or a failed call.
+        """
+        result: FeedForwardResult = await self._call(
+            FEED_FORWARD,
+            {
+                "x": x,
+                "w_1": w_1,
+                "w_2": w_2,
+                "b_1": b_1,
+                "b_2": b_2,
+                "activation": activation,
+                "w_3": w_3,
+                "b_3": b_3,
+                "include": include,
+                "precision": precision,
+            },
+        )
+        return result
+
+    async def layer_norm(
+        self,
+        x: ArrayLike,
+        *,
+        kind: LayerNormKind = "layer",
+        weight: ArrayLike | None = None,
+        bias: ArrayLike | None = None,
+        eps: float = 1e-05,
+        precision: Precision | None = None,
+    ) -> LayerNormResult:
+        """LayerNorm or RMSNorm over the last axis, with an optional weight and bias per feature.
+
+        kind layer: (x − mean) / sqrt(var + eps) · weight + bias, the population variance, as
+        torch.nn.functional.layer_norm; a constant row's output is the bias. kind rms: x / sqrt(mean(x²) +
+        eps) · weight, as torch.nn.RMSNorm. The statistics are computed in float64 whatever the precision.
+
+        Sent to /v2/models/layer-norm/infer as binary tensors.
+
+        Args:
+            x: The rows to normalize, [..., d].
+            kind: layer: (x − mean) / sqrt(var + eps) · weight + bias over the last axis, with the population
+                variance (PyTorch's F.layer_norm); rms: x / sqrt(mean(x²) + eps) · weight (nn.RMSNorm).
+            weight: Scales each feature, [d]; default ones.
+            bias: Shifts each feature, [d]; default zeros; kind layer only (refused for rms).
+            eps: Added to the variance (or the mean square) under the square root.
+            precision: Floating-point type used for the arithmetic and the numbers in the response. float32
+                roughly halves the response size at about 1e-6 relative accuracy. None: float32 when every
+                float input is float32, else float64.
+
+        Returns a :class:`LayerNormResult`; raises :class:`InvalidInput` for an argument
+        the service would refuse, :class:`ApiError` for a refusal or a failed call.
+        """
+        result: LayerNormResult = await self._call(
+            LAYER_NORM,
+            {
+                "x": x,
+                "kind": kind,
+                "weight": weight,
+                "bias": bias,
+                "eps": eps,
+                "precision": precision,
             },
         )
         return result
@@ -1167,7 +2089,7 @@ class AsyncModels:
     async def positional_encoding(
         self,
         *,
-        kind: Kind,
+        kind: PositionalEncodingKind,
         positions: ArrayLike | None = None,
         length: int | None = None,
         d_model: int | None = None,
@@ -1316,28 +2238,100 @@ class AsyncModels:
         )
         return result
 
+    async def transformer_block(
+        self,
+        x: ArrayLike,
+        *,
+        attention: MultiHeadFields,
+        feed_forward: FeedForwardFields,
+        norm_1: NormFields | None = None,
+        norm_2: NormFields | None = None,
+        norm_position: NormPosition = "pre",
+        include: Collection[TransformerBlockInclude] = (),
+        precision: Precision | None = None,
+    ) -> TransformerBlockResult:
+        """One Transformer block over a sequence (self-attention), pre-norm or post-norm.
+
+        pre: h = x + MHA(norm_1(x)), y = h + FFN(norm_2(h)); post: h = norm_1(x + MHA(x)), y = norm_2(h +
+        FFN(h)). attention, feed_forward, norm_1 and norm_2 are the bodies of /v1/multi-head-attention,
+        /v1/feed-forward and /v1/layer-norm without their inputs; an error inside one names its path
+        (feed_forward.w_3). The work limits count the whole block.
+
+        Sent to /v2/models/transformer-block/infer as binary tensors.
+
+        Args:
+            x: The tokens' vectors, [..., n, d_model]: the residual stream's input.
+            attention: The body of /v1/multi-head-attention without query, key, value, include and precision:
+                self-attention over the block's rows, with every option (causal, rotary, …); w_o must give
+                d_model columns.
+            feed_forward: The body of /v1/feed-forward without x, include and precision; w_2 must give d_model
+                columns.
+            norm_1: Before attention (pre) or after its residual add (post). The body of /v1/layer-norm
+                without x (kind, weight, bias, eps); default: LayerNorm with weight 1, bias 0 and eps 1e-5, as
+                PyTorch's layers start.
+            norm_2: Before the feed-forward layer (pre) or after its residual add (post). The body of
+                /v1/layer-norm without x (kind, weight, bias, eps); default: LayerNorm with weight 1, bias 0
+                and eps 1e-5, as PyTorch's layers start.
+            norm_position: pre (GPT-2, LLaMA): h = x + MHA(norm_1(x)), y = h + FFN(norm_2(h)); post (Attention
+                Is All You Need §3.1): h = norm_1(x + MHA(x)), y = norm_2(h + FFN(h)).
+            include: weights: the per-head attention weights [..., H, n, n]; residual: the residual stream h
+                between the two sublayers [..., n, d_model].
+            precision: Floating-point type used for the arithmetic and the numbers in the response. float32
+                roughly halves the response size at about 1e-6 relative accuracy. None: float32 when every
+                float input is float32, else float64.
+
+        Returns a :class:`TransformerBlockResult`; raises :class:`InvalidInput` for an argument
+        the service would refuse, :class:`ApiError` for a refusal or a failed call.
+        """
+        result: TransformerBlockResult = await self._call(
+            TRANSFORMER_BLOCK,
+            {
+                "x": x,
+                "attention": attention,
+                "feed_forward": feed_forward,
+                "norm_1": norm_1,
+                "norm_2": norm_2,
+                "norm_position": norm_position,
+                "include": include,
+                "precision": precision,
+            },
+        )
+        return result
+
 
 MODELS: tuple[ModelSpec[Any], ...] = (
     ATTENTION,
+    FEED_FORWARD,
+    LAYER_NORM,
     LOG_LIKELIHOOD,
     MULTI_HEAD_ATTENTION,
     POSITIONAL_ENCODING,
     SAMPLE,
     SOFTMAX,
+    TRANSFORMER_BLOCK,
 )
 
 __all__ = [
     "MODELS",
+    "Activation",
     "AsyncModels",
     "AttentionInclude",
     "AttentionResult",
     "CausalAlignment",
     "EmptyRows",
-    "Kind",
+    "FeedForwardFields",
+    "FeedForwardInclude",
+    "FeedForwardResult",
+    "LayerNormKind",
+    "LayerNormResult",
     "LikelihoodResult",
     "MultiHeadAttentionInclude",
+    "MultiHeadFields",
     "MultiHeadResult",
+    "NormFields",
+    "NormPosition",
     "PositionalEncodingInclude",
+    "PositionalEncodingKind",
     "PositionalEncodingResult",
     "Precision",
     "Rotary",
@@ -1346,4 +2340,7 @@ __all__ = [
     "SoftmaxResult",
     "Style",
     "SyncModels",
+    "TransformerBlockInclude",
+    "TransformerBlockKind",
+    "TransformerBlockResult",
 ]

@@ -70,6 +70,19 @@ class MultiHeadRequestSchema(AttentionOptionsSchema):
         return MultiHeadRequest(**data)
 
 
+class MultiHeadFieldsSchema(MultiHeadRequestSchema):
+    """A layer's fields without its inputs: a Transformer block's ``attention``, self-attention over the
+    block's own rows (which also sets what it returns and the precision)."""
+
+    class Meta:
+        exclude = ("query", "key", "value", "include", "precision")
+
+    @post_load
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+        """The fields as loaded: the block makes the typed request, over its rows."""
+        return data
+
+
 def _result_array(description: str, **kwargs: Any) -> Array:
     return Array(min_rank=1, metadata={"description": description}, **kwargs)
 
