@@ -60,6 +60,22 @@ REQUESTS: dict[str, tuple[dict[str, Any], list[str]]] = {
         {"kind": "sinusoidal"},
         ["length", "d_model", "positions", "x", "base", "dim", "style", "include", "precision"],
     ),
+    "/v1/layer-norm": ({"x": [[1.0, 2.0, 4.0]]}, ["kind", "weight", "bias", "eps", "precision"]),
+    "/v1/feed-forward": (
+        {"x": [[1.0, -1.0]], "w_1": [[1.0, 0.5], [0.0, 1.0]], "w_2": [[1.0, 0.0], [0.0, 1.0]]},
+        ["b_1", "b_2", "activation", "w_3", "b_3", "include", "precision"],
+    ),
+    "/v1/transformer-block": (
+        {
+            "x": [[1.0, 0.0], [0.0, 1.0]],
+            "attention": {
+                **{name: [[1.0, 0.0], [0.0, 1.0]] for name in ("w_q", "w_k", "w_v", "w_o")},
+                "num_heads": 1,
+            },
+            "feed_forward": {"w_1": [[1.0, 0.5], [0.0, 1.0]], "w_2": [[1.0, 0.0], [0.0, 1.0]]},
+        },
+        ["norm_1", "norm_2", "norm_position", "include", "precision"],
+    ),
 }
 # What a body needs beyond its required fields to be valid (sinusoidal: the table's size); kept out of the
 # fields sent as null.

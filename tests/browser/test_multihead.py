@@ -43,9 +43,12 @@ def shown_matrix(values: list[list[float]]) -> list[list[str]]:
 
 
 def last_sent(watch: Watch) -> dict[str, Any]:
-    bodies = watch.posts_to(PATH)
+    # The playground's <transformer-block> posts to the same path for its attention stage (asking for the
+    # weights only); this widget always asks for the heads too.
+    bodies = [json.loads(body or "{}") for body in watch.posts_to(PATH)]
+    bodies = [body for body in bodies if "heads" in body.get("include", [])]
     assert bodies, "the widget sent nothing to " + PATH
-    sent: dict[str, Any] = json.loads(bodies[-1] or "{}")
+    sent: dict[str, Any] = bodies[-1]
     return sent
 
 

@@ -80,10 +80,13 @@ def test_tritonclient_reads_every_workers_statistics(server: Server) -> None:
     assert versioned["model_stats"][0]["inference_count"] == HELD + 1
     assert [m["name"] for m in everything["model_stats"]] == [
         "attention",
+        "feed-forward",
+        "layer-norm",
         "log-likelihood",
         "multi-head-attention",
         "positional-encoding",
         "sample",
         "softmax",
+        "transformer-block",
     ]
     assert _successes(server) == HELD + 1

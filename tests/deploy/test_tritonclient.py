@@ -184,6 +184,34 @@ V1_EXAMPLES: dict[str, dict[str, Any]] = {
         "base": 100.0,
         "include": ["tables"],
     },
+    "layer-norm": {"x": _normal(2, 3, 5), "kind": "rms", "weight": _normal(5), "eps": 1e-3},
+    "feed-forward": {
+        "x": _normal(2, 3, 4),
+        "w_1": _normal(4, 6),
+        "w_3": _normal(4, 6),
+        "w_2": _normal(6, 4),
+        "b_2": _normal(4),
+        "activation": "geglu",
+        "include": ["hidden"],
+    },
+    "transformer-block": {
+        "x": _normal(2, 3, 4),
+        "attention": {
+            "w_q": _normal(4, 4),
+            "w_k": _normal(4, 2),
+            "w_v": _normal(4, 2),
+            "w_o": _normal(4, 4),
+            "num_heads": 2,
+            "num_kv_heads": 1,
+            "causal": True,
+            "rotary": {"base": 500.0},
+        },
+        "feed_forward": {"w_1": _normal(4, 8), "w_2": _normal(8, 4), "activation": "silu"},
+        "norm_1": {"kind": "rms", "weight": _normal(4)},
+        "norm_2": {"bias": _normal(4)},
+        "norm_position": "post",
+        "include": ["weights", "residual"],
+    },
 }
 
 

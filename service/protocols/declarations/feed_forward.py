@@ -66,7 +66,7 @@ class FeedForwardFieldsSchema(FeedForwardRequestSchema):
         exclude = ("x", "include", "precision")
 
     @post_load
-    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """The fields as loaded: the block makes the typed request, over its rows."""
         return data
 

@@ -59,7 +59,7 @@ class NormFieldsSchema(LayerNormRequestSchema):
         exclude = ("x", "precision")
 
     @post_load
-    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """The fields as loaded: the block makes the typed request, over its rows."""
         return data
 

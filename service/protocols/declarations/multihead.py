@@ -78,7 +78,7 @@ class MultiHeadFieldsSchema(MultiHeadRequestSchema):
         exclude = ("query", "key", "value", "include", "precision")
 
     @post_load
-    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:  # type: ignore[override]
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """The fields as loaded: the block makes the typed request, over its rows."""
         return data
 

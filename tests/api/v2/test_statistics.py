@@ -69,7 +69,7 @@ def test_every_model_and_unknown_ones(client: FlaskClient) -> None:
     everything = client.get("/v2/models/stats").get_json()["model_stats"]
     models = [model["name"] for model in client.get("/v2/models/stats").get_json()["model_stats"]]
     assert models == list(MODELS)
-    assert len(everything) == len(MODELS) == 6
+    assert len(everything) == len(MODELS) == 9
     unknown = client.get("/v2/models/nope/stats")
     assert unknown.status_code == 404
     assert "nope" in unknown.get_json()["errors"]["model"][0]

@@ -161,7 +161,11 @@ def test_model_metadata_and_readiness(
 @pytest.mark.parametrize(
     ("path", "field", "says"),
     [
-        ("/v2/models/gpt", "model", "'gpt'; the models are attention, log-likelihood, multi-head-attention"),
+        (
+            "/v2/models/gpt",
+            "model",
+            "'gpt'; the models are attention, feed-forward, layer-norm, log-likelihood, multi-head-attention",
+        ),
         ("/v2/models/gpt/infer", "model", "'gpt'"),
         ("/v2/models/soft%20max/ready", "model", "'soft max'"),
         ("/v2/models/attention/versions/2", "version", "no version '2'; its only version is 1"),
