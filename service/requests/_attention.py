@@ -33,6 +33,7 @@ from service.requests._common import (
     Precision,
     Work,
     boolean,
+    check_arrays,
     choice,
     integer,
     names,
@@ -163,10 +164,7 @@ class AttentionRequest(AttentionOptionFields):
     shapes: AttentionShapes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, spec in self.ARRAYS.items():
-            array = getattr(self, name)
-            if array is not None:
-                spec.check(array, field=name)
+        check_arrays(self, self.ARRAYS)
         self.check_options()
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
         set_(self, "enable_gqa", boolean(self.enable_gqa, field="enable_gqa"))

@@ -8,6 +8,7 @@ raises :class:`RequestError` naming the field; each protocol renders it in its o
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, get_args
 
@@ -78,6 +79,14 @@ class ArraySpec:
 
 _DTYPE_KINDS: dict[ArrayKind, str] = {"number": "fiu", "integer": "iu", "boolean": "b"}
 _PLURALS: dict[ArrayKind, str] = {"number": "numbers", "integer": "integers", "boolean": "booleans"}
+
+
+def check_arrays(request: object, specs: Mapping[str, ArraySpec]) -> None:
+    """Check each array of ``request`` that is given against its spec (kind, rank, sizes), naming it."""
+    for name, spec in specs.items():
+        array = getattr(request, name)
+        if array is not None:
+            spec.check(array, field=name)
 
 
 def number(value: object, *, field: str, allowed: Range | None = None) -> float:

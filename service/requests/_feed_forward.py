@@ -23,6 +23,7 @@ from service.requests._common import (
     Bound,
     Precision,
     Work,
+    check_arrays,
     choice,
     names,
 )
@@ -72,10 +73,7 @@ class FeedForwardRequest:
     shapes: FeedForwardShapes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, spec in self.ARRAYS.items():
-            array = getattr(self, name)
-            if array is not None:
-                spec.check(array, field=name)
+        check_arrays(self, self.ARRAYS)
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
         set_(self, "activation", choice(self.activation, Activation, field="activation"))
         set_(self, "include", names(self.include, FeedForwardOutput, field="include"))

@@ -31,6 +31,7 @@ from service.requests._common import (
     Bound,
     Precision,
     Work,
+    check_arrays,
     choice,
     integer,
     names,
@@ -84,10 +85,7 @@ class MultiHeadRequest(AttentionOptionFields):
     shapes: MultiHeadShapes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, spec in self.ARRAYS.items():
-            array = getattr(self, name)
-            if array is not None:
-                spec.check(array, field=name)
+        check_arrays(self, self.ARRAYS)
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
         set_(self, "num_heads", integer(self.num_heads, field="num_heads", allowed=HEADS))
         if self.num_kv_heads is not None:

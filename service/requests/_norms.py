@@ -15,6 +15,7 @@ from service.requests._common import (
     Precision,
     RequestError,
     Work,
+    check_arrays,
     choice,
     number,
 )
@@ -60,10 +61,7 @@ class LayerNormRequest:
     options: NormOptions = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name, spec in self.ARRAYS.items():
-            array = getattr(self, name)
-            if array is not None:
-                spec.check(array, field=name)
+        check_arrays(self, self.ARRAYS)
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
         set_(self, "kind", choice(self.kind, NormKind, field="kind"))
         set_(self, "eps", number(self.eps, field="eps", allowed=self.EPS))

@@ -17,6 +17,7 @@ from service.requests._common import (
     Precision,
     RequestError,
     Work,
+    check_arrays,
     choice,
     integer,
     names,
@@ -66,10 +67,7 @@ class PositionalEncodingRequest:
     rows: int = field(init=False, repr=False)  # n: how many positions
 
     def __post_init__(self) -> None:
-        for name, spec in self.ARRAYS.items():
-            array = getattr(self, name)
-            if array is not None:
-                spec.check(array, field=name)
+        check_arrays(self, self.ARRAYS)
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
         set_(self, "kind", choice(self.kind, EncodingKind, field="kind"))
         set_(self, "base", number(self.base, field="base", allowed=self.BASE))
