@@ -77,7 +77,9 @@ routes = Routes(
 )
 
 SERVER_NAME = "attention-service"
-EXTENSIONS = ["binary_tensor_data", "parameters", "model_configuration"]
+# As Triton names them (its "statistics" extension is /v2/models/{m}/stats); the repository index alone is not
+# "model_repository", which would also load and unload models.
+EXTENSIONS = ["binary_tensor_data", "parameters", "model_configuration", "statistics"]
 OUTPUT_BINARY_DATA = "binary_data"  # the one output parameter (binary tensor data extension)
 INFER_ERRORS = (*COMPUTE_ERRORS, 422)
 # What a tensor's metadata shape means: the least rank it takes, every dimension variable.
