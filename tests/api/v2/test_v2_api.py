@@ -114,7 +114,8 @@ def _v1(client: FlaskClient, path: str, body: dict[str, Any]) -> dict[str, Any]:
 def test_server_metadata_names_the_extensions(client: FlaskClient) -> None:
     answer = client.get("/v2").get_json()
     assert answer["name"] == "attention-service"
-    assert {"binary_tensor_data", "parameters"} <= set(answer["extensions"])
+    extensions = {"binary_tensor_data", "parameters", "model_configuration", "statistics"}
+    assert extensions <= set(answer["extensions"])
     assert client.get("/v2/health/live").get_json() == {"live": True}
     assert client.get("/v2/health/ready").get_json() == {"ready": True}
 
