@@ -65,6 +65,31 @@ export function seededRandom(seed) {
   };
 }
 
+/** One 32-bit number from several: the seed of one stream of made-up numbers (FNV-1a over the parts). */
+export function streamSeed(...parts) {
+  let hash = 0x811c9dc5;
+  for (const part of parts) {
+    hash ^= part >>> 0;
+    hash = Math.imul(hash, 0x01000193);
+    hash ^= hash >>> 15;
+  }
+  return hash >>> 0;
+}
+
+/** A word as a 32-bit number (FNV-1a over its UTF-16 code units), so that a word has one embedding. */
+export function wordHash(word) {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < word.length; i++) hash = Math.imul(hash ^ word.charCodeAt(i), 0x01000193);
+  return hash >>> 0;
+}
+
+/** `rows × cols` numbers in [−spread, spread], two decimals, from one stream. */
+export function block(seed, rows, cols, spread) {
+  const random = seededRandom(seed);
+  const entry = () => Math.round((random() * 2 - 1) * spread * 100) / 100;
+  return Array.from({ length: rows }, () => Array.from({ length: cols }, entry));
+}
+
 export function debounce(fn, ms) {
   let timer;
   return (...args) => {

@@ -7,7 +7,7 @@
 // embedding wherever it stands); every number shown is the service's answer (/v1/multi-head-attention).
 
 import { multiHeadAttention } from "../client.js";
-import { formatNumber, h, readoutFor, ServiceWidget, seededRandom, words } from "./base.js";
+import { block, formatNumber, h, readoutFor, ServiceWidget, streamSeed, wordHash, words } from "./base.js";
 import { cellOf, keepCellFocus, MATRIX_CSS, matrixTable, weightLegend } from "./matrix.js";
 
 const EXAMPLE = {
@@ -45,31 +45,6 @@ const CSS = `${MATRIX_CSS}
   .groups { margin: 0 0 4px; }
   input[type=number] { width: 5.5em; }
 `;
-
-/** One 32-bit number from several: the seed of one stream of made-up numbers (FNV-1a over the parts). */
-function streamSeed(...parts) {
-  let hash = 0x811c9dc5;
-  for (const part of parts) {
-    hash ^= part >>> 0;
-    hash = Math.imul(hash, 0x01000193);
-    hash ^= hash >>> 15;
-  }
-  return hash >>> 0;
-}
-
-/** A word as a 32-bit number (FNV-1a over its UTF-16 code units), so that a word has one embedding. */
-function wordHash(word) {
-  let hash = 0x811c9dc5;
-  for (let i = 0; i < word.length; i++) hash = Math.imul(hash ^ word.charCodeAt(i), 0x01000193);
-  return hash >>> 0;
-}
-
-/** `rows × cols` numbers in [−spread, spread], two decimals, from one stream. */
-function block(seed, rows, cols, spread) {
-  const random = seededRandom(seed);
-  const entry = () => Math.round((random() * 2 - 1) * spread * 100) / 100;
-  return Array.from({ length: rows }, () => Array.from({ length: cols }, entry));
-}
 
 /** Blocks side by side: the rows of each, joined. */
 function sideBySide(blocks, rows) {
