@@ -7,7 +7,6 @@ import ctypes
 import ctypes.util
 import math
 import platform
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -260,11 +259,13 @@ def batch_blocks(batch: tuple[int, ...], elements_per_item: int) -> list[tuple[i
 # run with the CPU's flush-to-zero and denormals-are-zero bits set (MXCSR, for this thread only), through
 # glibc's public fegetenv/fesetenv: such numbers count as 0, changing a result by less than the smallest
 # normal number times the values it sums. Elsewhere (another CPU or C library) this is a no-op.
-_FENV_BYTES = 32  # sizeof(fenv_t) on x86-64 glibc: the x87 environment (28 bytes), then MXCSR
-_MXCSR_OFFSET = 28
+_MXCSR_OFFSET = 28  # fenv_t on x86-64 glibc: the x87 environment (28 bytes), then MXCSR (4): 32 bytes
 _FLUSH_TO_ZERO = 0x8000
 _DENORMALS_ARE_ZERO = 0x0040
-_FloatEnvironment = ctypes.c_uint8 * _FENV_BYTES
+
+
+class _FloatEnvironment(ctypes.Structure):
+    _fields_ = (("x87", ctypes.c_uint8 * _MXCSR_OFFSET), ("mxcsr", ctypes.c_uint32))
 
 
 def _glibc_math() -> ctypes.CDLL | None:
@@ -278,20 +279,30 @@ _LIBM = _glibc_math()
 FLUSHES_SUBNORMALS = _LIBM is not None  # whether flush_subnormals does anything on this machine
 
 
-@contextlib.contextmanager
-def flush_subnormals() -> Iterator[None]:
+class _SubnormalsFlushed:
+    """The context manager of :func:`flush_subnormals`: a class rather than a generator, as the attention
+    kernel enters one twice per block of rows and the seed request's whole kernel takes about 20 µs."""
+
+    __slots__ = ("saved",)
+
+    def __init__(self) -> None:
+        self.saved: _FloatEnvironment | None = None
+
+    def __enter__(self) -> None:
+        saved = _FloatEnvironment()
+        if _LIBM is None or _LIBM.fegetenv(ctypes.byref(saved)) != 0:
+            return
+        flushed = _FloatEnvironment.from_buffer_copy(saved)
+        flushed.mxcsr |= _FLUSH_TO_ZERO | _DENORMALS_ARE_ZERO
+        _LIBM.fesetenv(ctypes.byref(flushed))
+        self.saved = saved
+
+    def __exit__(self, *exception: object) -> None:
+        if self.saved is not None and _LIBM is not None:
+            _LIBM.fesetenv(ctypes.byref(self.saved))
+
+
+def flush_subnormals() -> contextlib.AbstractContextManager[None]:
     """Within the block, this thread's SSE/AVX arithmetic (NumPy's and BLAS's) treats subnormal inputs and
     results as 0; the thread's floating-point environment is restored afterwards, however the block ends."""
-    saved = _FloatEnvironment()
-    if _LIBM is None or _LIBM.fegetenv(saved) != 0:
-        yield
-        return
-    flushed = _FloatEnvironment.from_buffer_copy(saved)
-    control = int.from_bytes(bytes(flushed[_MXCSR_OFFSET:]), "little")
-    control |= _FLUSH_TO_ZERO | _DENORMALS_ARE_ZERO
-    flushed[_MXCSR_OFFSET:] = list(control.to_bytes(4, "little"))
-    _LIBM.fesetenv(flushed)
-    try:
-        yield
-    finally:
-        _LIBM.fesetenv(saved)
+    return _SubnormalsFlushed()

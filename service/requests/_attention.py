@@ -50,6 +50,11 @@ REFERENCE_ROW_WIDTH = 128
 # (one query, or a block cut to one row because batch × m fills it) the products run at dot-product speed,
 # measured 4-5× slower per multiply-add than with 8 rows or more (d_k = 254 and 2000, n = m = 1 … 64).
 FULL_REUSE_ROWS = 8
+# What the compute bound of attention counts, as its 413 names it (written once: every request builds a Work).
+_SCORE_ARITHMETIC = (
+    "attention arithmetic (batch × n × m scores, each counting (d_k + d_v) / 128 when that is more than 1, "
+    f"× {FULL_REUSE_ROWS} / rows for blocks of fewer than {FULL_REUSE_ROWS} query rows)"
+)
 
 
 def score_work(entries: int, n: int, m: int, d_k: int, d_v: int, *, materialized: bool) -> int:
@@ -209,12 +214,7 @@ class AttentionRequest(AttentionOptionFields):
             shapes.d_v,
             materialized=bool(held_matrices),
         )
-        compute = Bound(
-            computed,
-            "attention arithmetic (batch × n × m scores, each counting (d_k + d_v) / 128 when that is more "
-            f"than 1, × {FULL_REUSE_ROWS} / rows for blocks of fewer than {FULL_REUSE_ROWS} query rows)",
-            setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
-        )
+        compute = Bound(computed, _SCORE_ARITHMETIC, setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS")
         if held_matrices:
             held = max(shapes.scores_elements * held_matrices, shapes.output_elements, listed)
             what = "attention arrays (batch × n × m for each of weights and scores asked for)"

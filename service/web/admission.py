@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from flask import Flask, current_app
+from flask import Flask
 from flask.wrappers import Request
 from werkzeug.wsgi import ClosingIterator
 
@@ -143,6 +143,11 @@ class Reservation:
         self._admission = admission
         self.held_bytes = 0
         self.upload_bytes = 0
+
+    @property
+    def admission(self) -> Admission:
+        """The process's admission this reservation holds from (found from the request without the app)."""
+        return self._admission
 
     def take(self, size: int, *, upload: bool = False, large: bool = False) -> bool:
         """Reserve ``size`` more bytes (an ``upload`` counts against uploads' share too; it and a ``large``
@@ -434,12 +439,11 @@ def hold_body_bytes(size: int) -> None:
     """Hold ``size`` more bytes of the budget for the current request's body (a compressed body as it is
     inflated: it counts at its inflated size, as a plain body at its length); 503 ``overloaded`` when the
     budget cannot take them now."""
-    admission = admission_of(current_app)
     reservation = _current.get()
-    if admission is None or reservation is None:
+    if reservation is None:  # an app built without admission
         return
     if not reservation.take(size, upload=True):
-        raise _no_room_for_body(admission, size)
+        raise _no_room_for_body(reservation.admission, size)
 
 
 def body_reservation(limits: AdmissionLimits, content_length: int | None) -> int:
@@ -524,10 +528,10 @@ def decode_off_the_loop(decode: Callable[[], T], *, body_bytes: int) -> T:
     C call inside it (orjson parsing a 16 MiB body: about 0.4 s) instead of the whole decoding, since Python
     hands the loop's thread the interpreter every few milliseconds. Exceptions come back as they are.
     """
-    admission = admission_of(current_app)
-    if body_bytes <= DECODE_ON_THREAD_BYTES or admission is None or not under_gevent():
+    reservation = _current.get()  # None: an app built without admission
+    if body_bytes <= DECODE_ON_THREAD_BYTES or reservation is None or not under_gevent():
         return decode()
-    return admission.on_decode_thread(decode)
+    return reservation.admission.on_decode_thread(decode)
 
 
 def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSWER) -> T:
@@ -545,9 +549,8 @@ def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSW
         timeline.work = work
         computation = _Timed(computation, timeline)
     admit_work(work, answer)
-    admission = admission_of(current_app)
     reservation = _current.get()
-    if admission is None or reservation is None:
+    if reservation is None:  # an app built without admission
         return computation.run()
     body_bytes = body_size()  # inflated, for a compressed body: what parsing it holds
     memory = HELD_PER_BODY_BYTE * body_bytes + HELD_PER_WORK_ELEMENT * held_elements(work)
@@ -558,7 +561,7 @@ def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSW
         # Small work runs at once on the worker's own loop, beside the slots: it costs less than handing it to
         # a thread, and a request as small as the worked example never waits behind another's computation.
         return computation.run()
-    return admission.run(
+    return reservation.admission.run(
         computation.run, cpu_seconds=cpu_seconds, memory_bytes=memory, reservation=reservation
     )
 
@@ -599,11 +602,13 @@ def install_admission(app: Flask) -> Admission:
 
 def _admit_body(request: Request, g: RequestGlobals) -> None:
     """Refuse a body from its headers (413, or 503 when the budget cannot take it), else set its deadline."""
-    if request.content_length in (None, 0) and not _is_chunked(request.environ):
-        return
-    admission = admission_of(current_app)
     reservation: Reservation | None = request.environ.get(_RESERVATION_KEY)
-    if admission is None or reservation is None:
+    if reservation is None:
+        return
+    admission = reservation.admission
+    # Set on the request, Flask's limit is read without looking the app up again (werkzeug reads it twice).
+    request.max_content_length = admission.limits.max_body_bytes
+    if request.content_length in (None, 0) and not _is_chunked(request.environ):
         return
     length = request.content_length
     size = body_reservation(admission.limits, length)

@@ -263,7 +263,9 @@ def _start(request: Request, g: RequestGlobals) -> None:
 
 
 def _observe(request: Request, g: RequestGlobals, response: Response) -> Response:
-    series = series_of(request)
+    timeline: Timeline | None = getattr(g, _TIMELINE, None)
+    # A request refused before its view started has no timeline, but counts in its model's series.
+    series = timeline.series if timeline is not None else series_of(request)
     if series is None:
         return response
     outcome = outcome_of(response.status_code)
@@ -271,7 +273,6 @@ def _observe(request: Request, g: RequestGlobals, response: Response) -> Respons
     seconds = seconds_since_start(g)
     if seconds is not None:
         series.seconds[outcome].inc(seconds)
-    timeline: Timeline | None = getattr(g, _TIMELINE, None)
     done: list[tuple[str, float, float]] = []
     if timeline is not None:
         done = timeline.steps(

@@ -40,9 +40,10 @@ def admit_work(work: Work, answer: AnswerEncoding = JSON_ANSWER) -> None:
     Accepted work is observed once in the ``attention_work_elements`` histogram (refused work is not):
     every protocol's view calls this, and only this, between building its typed request and running it.
     """
+    config = current_app.config  # once: each lookup through the proxy finds the app context again
     for bound in work.bounds:
-        ensure_within(bound)
-    ensure_answer_within(work.answer_elements, answer)
+        ensure_within(bound, config[bound.setting])
+    ensure_answer_within(work.answer_elements, answer, config["MAX_ANSWER_BYTES"])
     record_work(work.elements)
 
 
@@ -51,12 +52,12 @@ def answer_bytes_estimate(answer_elements: int, answer: AnswerEncoding = JSON_AN
     return answer_elements * answer.bytes_per_value
 
 
-def ensure_answer_within(answer_elements: int, answer: AnswerEncoding = JSON_ANSWER) -> None:
-    """Raise a 413 problem naming the answer's size when its estimate is over ``MAX_ANSWER_BYTES``.
+def ensure_answer_within(answer_elements: int, answer: AnswerEncoding, limit: int) -> None:
+    """Raise a 413 problem naming the answer's size when its estimate is over ``limit``
+    (``MAX_ANSWER_BYTES``).
 
     Checked before computing: broadcasting lets a body of a few KB ask for hundreds of MB of answer.
     """
-    limit: int = current_app.config["MAX_ANSWER_BYTES"]
     estimate = answer_bytes_estimate(answer_elements, answer)
     if estimate > limit:
         raise Problem(
@@ -69,13 +70,12 @@ def ensure_answer_within(answer_elements: int, answer: AnswerEncoding = JSON_ANS
         )
 
 
-def ensure_within(bound: Bound) -> None:
-    """Raise a 413 problem when ``bound.amount`` is more than the setting it names allows.
+def ensure_within(bound: Bound, limit: int) -> None:
+    """Raise a 413 problem when ``bound.amount`` is more than ``limit``, the value of the setting it names.
 
     ``MAX_WORK_ELEMENTS`` bounds the largest array a request would create; ``MAX_OUTPUT_ONLY_WORK_ELEMENTS``
     bounds the scores that output-only attention computes block by block without holding them.
     """
-    limit: int = current_app.config[bound.setting]
     if bound.amount > limit:
         raise Problem(
             413,

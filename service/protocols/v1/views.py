@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from flask import request
+from flask.globals import request_ctx
 
 from service.protocols.declarations.errors import COMPUTE_ERRORS
 from service.protocols.declarations.model import ModelDeclaration, declared_models
@@ -42,7 +42,9 @@ def _view(model: ModelDeclaration) -> Callable[[], dict[str, Any]]:
     schema, answer = model.request_schema, model.answer
 
     def view() -> dict[str, Any]:
-        typed = load_json_body(request, schema)
+        # The request itself, not the ``flask.request`` proxy, which finds the context again on each of the
+        # dozen attributes that parsing reads.
+        typed = load_json_body(request_ctx.request, schema)
         return run_admitted(answered(typed, lambda result: answer(result, typed)))
 
     view.__name__ = f"{model.route_name}_view"

@@ -14,6 +14,7 @@ from itertools import islice
 from typing import Any
 
 from flask import Response, request
+from flask.globals import request_ctx
 from marshmallow import Schema, ValidationError
 from werkzeug.exceptions import NotFound
 
@@ -231,9 +232,10 @@ def _input_metadata(name: str, spec: InputSpec) -> dict[str, Any]:
 
 
 def _infer(model: Model) -> Response:
-    refuse_form_label(request, "application/json, application/octet-stream")
-    body = read_decoded_body(request)
-    header_length = request.headers.get(HEADER_LENGTH)
+    current = request_ctx.request  # the request itself: the proxy finds the context again on each attribute
+    refuse_form_label(current, "application/json, application/octet-stream")
+    body = read_decoded_body(current)
+    header_length = current.headers.get(HEADER_LENGTH)
     # As /v1: a large body is decoded off the worker's loop, and the answer is encoded with the computation.
     decoded = decode_off_the_loop(lambda: _decode(model, body, header_length), body_bytes=len(body))
     computation = answered(decoded.typed, lambda result: _encode(model, decoded, result))
