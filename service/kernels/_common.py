@@ -268,11 +268,13 @@ class _FloatEnvironment(ctypes.Structure):
     _fields_ = (("x87", ctypes.c_uint8 * _MXCSR_OFFSET), ("mxcsr", ctypes.c_uint32))
 
 
-def _glibc_math() -> ctypes.CDLL | None:
+def _glibc_math() -> ctypes.PyDLL | None:
     if platform.system() != "Linux" or platform.machine() != "x86_64" or platform.libc_ver()[0] != "glibc":
         return None
     name = ctypes.util.find_library("m")
-    return None if name is None else ctypes.CDLL(name)
+    # PyDLL: the two calls are a few instructions each; holding the GIL through them costs less than handing
+    # it over and taking it back (MXCSR is per thread either way).
+    return None if name is None else ctypes.PyDLL(name)
 
 
 _LIBM = _glibc_math()

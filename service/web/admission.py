@@ -278,7 +278,7 @@ class Admission:
         with self._changed:
             self.held_bytes -= size
             self.upload_bytes -= upload_size
-            self._changed.notify_all()
+            self._wake_waiters()
 
     # --- compute --------------------------------------------------------------------------------------------
     def has_free_slot(self) -> bool:
@@ -386,7 +386,7 @@ class Admission:
                     self._changed.wait(left)
             finally:
                 self._queue.remove(waiter) if waiter in self._queue else None
-                self._changed.notify_all()
+                self._wake_waiters()
             self.busy_slots += 1
         return waiter
 
@@ -401,6 +401,13 @@ class Admission:
             else:
                 speed = max(0.0, seconds - self.seconds_per_call) / cpu_seconds
                 self.speed += (speed - self.speed) / 5
+            self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
+        """With the lock held: wake the requests queued for a slot or memory, if any. Only queued requests
+        wait on the condition (in :meth:`_enter`), and every request gives its memory back, so with none
+        queued (nearly always) the condition's own bookkeeping is skipped."""
+        if self._queue:
             self._changed.notify_all()
 
     def _leave_when_done(
