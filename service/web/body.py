@@ -8,10 +8,9 @@ own parse errors from ``read`` — becomes a 400 naming the cause instead of an 
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 import flask
@@ -83,18 +82,14 @@ class CountingInput:
             return self.deadline
         return min(self.deadline, self._on_time_from + (self.bytes_read + size) / self._bytes_per_second)
 
-    @contextlib.contextmanager
-    def _within_deadline(self, size: int | None) -> Iterator[None]:
-        due = self._due(size)
-        if due is None or not under_gevent():
-            yield
-            return
+    def _read_by(self, due: float, read: Callable[..., bytes], size: int | None) -> bytes:
+        """``read(size)``, cut off at ``due`` (``time.monotonic()``) with a 408 and the connection closed."""
         import gevent  # only under the gevent worker, where it is loaded already
 
         timer = gevent.Timeout(max(0.0, due - time.monotonic()))
         try:
             with stall_watch(timer), timer:
-                yield
+                return read(size) if size is not None else read()
         except gevent.Timeout as fired:
             if fired is not timer:
                 raise
@@ -116,9 +111,12 @@ class CountingInput:
 
     def _counted(self, read: Callable[..., bytes], size: int | None) -> bytes:
         """``read(size)`` within the deadline, counted; the server's framing errors become a 400."""
+        due = self._due(size)
         try:
-            with self._within_deadline(size):
+            if due is None or not under_gevent():
                 data = read(size) if size is not None else read()
+            else:
+                data = self._read_by(due, read, size)
         except (OSError, ValueError, BodyTooSlow):
             raise  # a disconnect (werkzeug's LimitedStream makes it a ClientDisconnected 400), or the 408
         except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
