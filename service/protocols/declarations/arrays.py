@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from marshmallow import ValidationError, fields
 
+from service.kernels import all_finite
 from service.requests import MAX_RANK, ArrayKind, ArraySpec
 
 _DTYPES: dict[ArrayKind, type[np.generic]] = {"number": np.float64, "integer": np.int64, "boolean": np.bool_}
@@ -91,7 +92,7 @@ class Array(fields.Field[np.ndarray]):
             raise ValidationError(f"contains a number out of range for {self._kind_plural()}.") from None
         if array.ndim != rank:  # a ragged array whose rows nest to different depths
             raise ValidationError(f"must be a rectangular array{self._shape_note()}: it is ragged.")
-        if self.kind != "boolean" and not np.isfinite(array).all():
+        if self.kind != "boolean" and not all_finite(array):
             raise ValidationError(
                 "contains a non-finite number (NaN or Infinity); only finite numbers are allowed."
             )
