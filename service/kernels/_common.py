@@ -291,6 +291,8 @@ class _SubnormalsFlushed:
         self.saved: _FloatEnvironment | None = None
 
     def __enter__(self) -> None:
+        if self.saved is not None:  # entered twice, the outer exit would restore the inner's flushed state
+            raise RuntimeError("a flush_subnormals() context is entered once; call flush_subnormals() again")
         saved = _FloatEnvironment()
         if _LIBM is None or _LIBM.fegetenv(ctypes.byref(saved)) != 0:
             return

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
+import weakref
 from collections.abc import Callable
+from inspect import iscoroutinefunction
 from typing import Any
 
 from flask import Flask
@@ -18,14 +18,27 @@ class ServiceFlask(Flask):
     a 300 µs request. Flask documents this method as the one to override to change how functions are run.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Weak keys: an entry lives as long as its function (the app's hooks, views and handlers live as long
+        # as the app), so a function made per request (Flask's after_this_request, a class-based view's
+        # bound method) neither fills the cache nor is kept alive by it.
+        self.coroutine_functions: weakref.WeakKeyDictionary[Callable[..., Any], bool] = (
+            weakref.WeakKeyDictionary()
+        )
+
     def ensure_sync(self, func: Callable[..., Any]) -> Callable[..., Any]:
-        if _is_coroutine_function(func):
+        if self.is_coroutine_function(func):
             return self.async_to_sync(func)
         return func
 
-
-# Bounded: the keys are the app's hooks, views and handlers, plus any per-request function (Flask's
-# after_this_request), of which only the most recent are kept.
-@functools.lru_cache(maxsize=512)
-def _is_coroutine_function(func: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(func)
+    def is_coroutine_function(self, func: Callable[..., Any]) -> bool:
+        """:func:`inspect.iscoroutinefunction`, remembered for each function that can be weakly referenced."""
+        try:
+            return self.coroutine_functions[func]
+        except KeyError:
+            pass
+        except TypeError:  # not weakly referenceable (a builtin): asked every time, as Flask does
+            return iscoroutinefunction(func)
+        answer = self.coroutine_functions[func] = iscoroutinefunction(func)
+        return answer

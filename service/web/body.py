@@ -111,8 +111,8 @@ class CountingInput:
 
     def _counted(self, read: Callable[..., bytes], size: int | None) -> bytes:
         """``read(size)`` within the deadline, counted; the server's framing errors become a 400."""
-        due = self._due(size)
         try:
+            due = self._due(size)
             if due is None or not under_gevent():
                 data = read(size) if size is not None else read()
             else:

@@ -67,3 +67,12 @@ def test_a_subnormal_softcap_keeps_its_ieee_meaning() -> None:
     )
     assert result.output.tolist() == [3.0, 1.5]
     assert ieee_arithmetic_is_back()
+
+
+def test_one_context_is_entered_once() -> None:
+    from service.kernels._common import flush_subnormals
+
+    context = flush_subnormals()
+    with context, pytest.raises(RuntimeError, match="entered once"), context:
+        pass
+    assert ieee_arithmetic_is_back()
