@@ -13,11 +13,12 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     """Build the app: settings from the environment, then ``config`` on top (tests pass overrides here)."""
     # Imported here, not above: `import service` (the console script, the gunicorn settings, the kernels used
     # as a library) must load neither Flask nor NumPy, which has to come after BLAS_THREADS is applied.
+    from flask import Flask
+
     from service.settings import Settings
     from service.web.access_log import install_access_log
     from service.web.admission import install_admission
     from service.web.api_keys import install_api_keys
-    from service.web.application import ServiceFlask
     from service.web.body import install_body_counting
     from service.web.cors import enable_cors
     from service.web.inference import install_inference_metrics
@@ -29,7 +30,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     from service.web.request_id import install_request_ids
     from service.web.tracing import install_tracing
 
-    app = ServiceFlask(__name__, static_folder=None)  # /static is served by service.site.pages
+    app = Flask(__name__, static_folder=None)  # /static is served by service.site.pages
     app.json = OrjsonProvider(app)
     app.config.update(Settings.from_env().as_flask_config())
     if config is not None:
