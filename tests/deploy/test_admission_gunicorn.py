@@ -241,3 +241,54 @@ def test_a_client_that_sends_a_whole_refused_body_gets_its_413(server: Server) -
             )
             assert answer.status_code == 413
             assert "MAX_BODY_BYTES" in answer.json()["detail"]
+
+
+PIPELINED = 100
+
+
+def test_a_connection_whose_next_request_is_waiting_does_not_keep_another_connection_waiting(
+    server: Server,
+) -> None:
+    """gevent switches greenlets only when one would block, and reading a request that has already arrived
+    does not block: a kept-alive connection that always has its next request waiting (pipelined here; a fast
+    client in practice, whose next request arrives while the answer is logged) was served again and again
+    while another connection's request waited behind all of them. The worker yields between the requests of
+    a connection, so the other request is answered after a few of them."""
+    softmax = b'{"logits":[1,2,3]}'
+    request_a = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(softmax), softmax)
+    )
+    request_b = (
+        b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(SEED), SEED)
+    )
+    logged_before = len(server.stdout)
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as a,
+        socket.create_connection(("127.0.0.1", server.port), timeout=10) as b,
+    ):
+        a.sendall(request_a * PIPELINED)
+        b.sendall(request_b)
+        answers, received = 0, b""
+        deadline = time.monotonic() + 20
+        while answers < PIPELINED and time.monotonic() < deadline:
+            received += a.recv(65536)
+            answers = received.count(b"HTTP/1.1 200")
+        assert answers == PIPELINED
+        assert b.recv(65536).startswith(b"HTTP/1.1 200")
+    paths: list[str] = []
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        paths = [
+            line.split('"path":"', 1)[1].split('"', 1)[0]
+            for line in server.stdout[logged_before:]
+            if '"path":"/v1/' in line
+        ]
+        if len(paths) >= PIPELINED + 1:
+            break
+        time.sleep(0.05)
+    assert paths.count("/v1/softmax") == PIPELINED
+    assert paths.count("/v1/attention") == 1
+    served_first = paths.index("/v1/attention")
+    assert served_first <= 10, f"the other connection's request was answered after {served_first} of them"
