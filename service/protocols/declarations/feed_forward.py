@@ -11,7 +11,7 @@ from service.kernels import Activation, FeedForwardResult
 from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import IncludeList, one_of, precision_field
 from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
-from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
+from service.protocols.declarations.schemas import PartSchema, RequestSchema, ResponseSchema
 from service.requests import FeedForwardOutput, FeedForwardRequest
 
 ARRAYS = FeedForwardRequest.ARRAYS
@@ -59,16 +59,11 @@ class FeedForwardRequestSchema(RequestSchema):
         return FeedForwardRequest(**data)
 
 
-class FeedForwardFieldsSchema(FeedForwardRequestSchema):
+class FeedForwardFieldsSchema(PartSchema, FeedForwardRequestSchema):
     """A feed-forward layer's fields without x: a Transformer block's feed_forward."""
 
     class Meta:
         exclude = ("x", "include", "precision")
-
-    @post_load
-    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """The fields as loaded: the block makes the typed request, over its rows."""
-        return data
 
 
 class FeedForwardResponseSchema(ResponseSchema):

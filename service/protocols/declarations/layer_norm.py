@@ -12,7 +12,7 @@ from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import one_of, precision_field, within
 from service.protocols.declarations.fields import StrictFloat
 from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
-from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
+from service.protocols.declarations.schemas import PartSchema, RequestSchema, ResponseSchema
 from service.requests import LayerNormRequest, LayerNormResult
 
 ARRAYS = LayerNormRequest.ARRAYS
@@ -52,16 +52,11 @@ class LayerNormRequestSchema(RequestSchema):
         return LayerNormRequest(**data)
 
 
-class NormFieldsSchema(LayerNormRequestSchema):
+class NormFieldsSchema(PartSchema, LayerNormRequestSchema):
     """A normalization's fields without x: a Transformer block's norm_1 and norm_2."""
 
     class Meta:
         exclude = ("x", "precision")
-
-    @post_load
-    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """The fields as loaded: the block makes the typed request, over its rows."""
-        return data
 
 
 class LayerNormResponseSchema(ResponseSchema):

@@ -13,7 +13,7 @@ from service.protocols.declarations.attention import AttentionOptionsSchema, Ind
 from service.protocols.declarations.common import IncludeList
 from service.protocols.declarations.fields import StrictInteger
 from service.protocols.declarations.model import FOLLOWS_PRECISION, ModelDeclaration, OutputSpec
-from service.protocols.declarations.schemas import ResponseSchema
+from service.protocols.declarations.schemas import PartSchema, ResponseSchema
 from service.requests import MultiHeadOutput, MultiHeadRequest
 
 ARRAYS = MultiHeadRequest.ARRAYS
@@ -70,17 +70,12 @@ class MultiHeadRequestSchema(AttentionOptionsSchema):
         return MultiHeadRequest(**data)
 
 
-class MultiHeadFieldsSchema(MultiHeadRequestSchema):
+class MultiHeadFieldsSchema(PartSchema, MultiHeadRequestSchema):
     """A layer's fields without its inputs: a Transformer block's ``attention``, self-attention over the
     block's own rows (which also sets what it returns and the precision)."""
 
     class Meta:
         exclude = ("query", "key", "value", "include", "precision")
-
-    @post_load
-    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """The fields as loaded: the block makes the typed request, over its rows."""
-        return data
 
 
 def _result_array(description: str, **kwargs: Any) -> Array:

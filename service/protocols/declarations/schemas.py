@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from marshmallow import EXCLUDE, Schema, pre_load
+from marshmallow import EXCLUDE, Schema, post_load, pre_load
 
 
 class RequestSchema(Schema):
@@ -32,6 +32,18 @@ class RequestSchema(Schema):
         return frozenset(
             field.data_key or name for name, field in self.load_fields.items() if not field.required
         )
+
+
+class PartSchema(RequestSchema):
+    """Put first among a request schema's bases: that request's fields, loaded as a dict rather than as its
+    typed request, for a request that holds it as a part (a Transformer block's ``attention``,
+    ``feed_forward``, ``norm_1`` and ``norm_2``: the block makes their typed requests, over its own rows). The
+    subclass's ``Meta.exclude`` names the fields the enclosing request supplies."""
+
+    @post_load
+    def typed(self, data: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """The fields as loaded (marshmallow finds hooks by name: this replaces the request's own)."""
+        return data
 
 
 class ResponseSchema(Schema):
