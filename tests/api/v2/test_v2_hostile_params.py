@@ -140,12 +140,7 @@ def test_a_query_of_rank_five_gets_the_v1_rank_message(client: FlaskClient, fram
     not a /v2-only 400 about the shape list."""
     query = np.ones((1, 1, 1, 2, 2))
     expected = _v1_errors(client, {"query": query.tolist(), "key": KEY.tolist(), "value": VALUE.tolist()})
-    if framing == "json":
-        response = infer(client, "attention", {"inputs": [tensor("query", query), *ATTENTION_INPUTS[1:]]})
-    else:
-        body, headers = _binary([("query", query), ("key", KEY), ("value", VALUE)])
-        response = client.post("/v2/models/attention/infer", data=body, headers=headers)
-    problem = assert_problem(response, 422, field="query")
+    problem = assert_problem(_infer_with_query(client, framing, query), 422, field="query")
     assert problem["errors"] == expected
 
 
@@ -153,13 +148,16 @@ def test_a_query_of_rank_five_gets_the_v1_rank_message(client: FlaskClient, fram
 def test_an_empty_dimension_gets_the_v1_message(client: FlaskClient, framing: str) -> None:
     expected = _v1_errors(client, {"query": [[]], "key": KEY.tolist(), "value": VALUE.tolist()})
     query = np.ones((2, 0))
-    if framing == "json":
-        response = infer(client, "attention", {"inputs": [tensor("query", query), *ATTENTION_INPUTS[1:]]})
-    else:
-        body, headers = _binary([("query", query), ("key", KEY), ("value", VALUE)])
-        response = client.post("/v2/models/attention/infer", data=body, headers=headers)
-    problem = assert_problem(response, 422, field="query")
+    problem = assert_problem(_infer_with_query(client, framing, query), 422, field="query")
     assert problem["errors"] == expected
+
+
+def _infer_with_query(client: FlaskClient, framing: str, query: np.ndarray) -> TestResponse:
+    """An attention infer of ``query`` with the worked example's key and value, as JSON or binary tensors."""
+    if framing == "json":
+        return infer(client, "attention", {"inputs": [tensor("query", query), *ATTENTION_INPUTS[1:]]})
+    body, headers = _binary([("query", query), ("key", KEY), ("value", VALUE)])
+    return client.post("/v2/models/attention/infer", data=body, headers=headers)
 
 
 LONG_NAME = "rotary." + "x" * 1_000_000
