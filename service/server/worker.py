@@ -16,6 +16,10 @@ worker. What it lacks, and this subclass adds through the worker's public method
 - **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
   before the app runs; an upload the app would refuse from its headers (413, or 503 when the worker's
   memory budget cannot take it) is answered here instead, and its connection closed.
+- **New connections taken in bursts.** With several workers on one listening socket, gunicorn has each accept
+  one connection per wake-up of its event loop; a worker busy with kept-alive connections serves each of them
+  once per loop turn, so a burst of new connections came in one per turn (64 at once: the last first request
+  answered after 1.0-1.4 s, wrk's p99 0.5-0.9 s). This worker accepts up to :data:`ACCEPTS_PER_WAKEUP`.
 - **Close, don't drain.** When the app asks to close a connection after its answer (a body it refused or that
   did not arrive in time, see service/web/connection.py), the connection is closed rather than kept alive,
   which would make gunicorn read the rest of that body first.
@@ -27,14 +31,17 @@ while a request computes.
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import gevent
 from flask import Flask
 from gevent import Greenlet
+from gevent.server import StreamServer
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server.problems import write_problem
@@ -53,6 +60,12 @@ MIN_IDLE_SECONDS = 0.5
 # thrown away for this long, so the answer is not lost to a reset (see linger()).
 LINGER_SECONDS = 2.0
 LINGER_READ_BYTES = 64 * 1024
+# Connections a worker accepts per wake-up when workers share the listening socket. gunicorn takes 1, so that
+# one worker does not take a whole burst; gevent's default, 100, lets it (64 wrk connections at once: 63 and
+# 1, then 64 and 0, halving throughput). 16 split the same burst 32 / 32 in each of 3 runs and took it in a
+# few loop turns (the last first request answered after 78 ms instead of 1.0-1.4 s; 8 split it 24 / 40 at
+# times). See docs/performance.md.
+ACCEPTS_PER_WAKEUP = 16
 
 
 class _Wait:
@@ -148,6 +161,18 @@ class IdleConnections:
         return len(chosen)
 
 
+def connection_server(
+    listener: Any, handle: Callable[[Any, Any], None], *, spawn: Any, shared: bool, **ssl_args: Any
+) -> StreamServer:
+    """The server that accepts ``listener``'s connections and spawns ``handle(client, address)`` for each
+    (gevent's StreamServer, as gunicorn's gevent worker builds it), taking up to :data:`ACCEPTS_PER_WAKEUP`
+    waiting connections at each wake-up when the socket is ``shared`` with other workers."""
+    server = StreamServer(listener, handle=handle, spawn=spawn, **ssl_args)
+    if shared:
+        server.max_accept = ACCEPTS_PER_WAKEUP
+    return server
+
+
 class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has no type hints
     """The gevent worker with head deadlines, room kept for new connections, and no 100 for a refused body."""
 
@@ -159,6 +184,16 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.crowded_above = max(1, int(CROWDED_SHARE * self.worker_connections))
         self.close_after_each_answer = False
         self.admission: Admission | None = None  # the app's, once loaded (load_wsgi)
+        # gunicorn's run() builds each listener's server with ``server_class`` when it is set (its pywsgi
+        # worker sets a pywsgi server class there), and otherwise a StreamServer that accepts one connection
+        # per wake-up; this builds that StreamServer with more (see connection_server()).
+        self.server_class = self._connection_server
+
+    def _connection_server(self, listener: Any, *, spawn: Any, **arguments: Any) -> StreamServer:
+        # application, log, handler_class and environ are for a pywsgi server; this one calls handle()
+        ssl_args = {"ssl_context": arguments["ssl_context"]} if "ssl_context" in arguments else {}
+        handle = functools.partial(self.handle, listener)
+        return connection_server(listener, handle, spawn=spawn, shared=self.cfg.workers > 1, **ssl_args)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
