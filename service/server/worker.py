@@ -16,10 +16,12 @@ worker. What it lacks, and this subclass adds through the worker's public method
 - **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
   before the app runs; an upload the app would refuse from its headers (413, or 503 when the worker's
   memory budget cannot take it) is answered here instead, and its connection closed.
-- **New connections taken in bursts.** With several workers on one listening socket, gunicorn has each accept
-  one connection per wake-up of its event loop; a worker busy with kept-alive connections serves each of them
-  once per loop turn, so a burst of new connections came in one per turn (64 at once: the last first request
-  answered after 1.0-1.4 s, wrk's p99 0.5-0.9 s). This worker accepts up to :data:`ACCEPTS_PER_WAKEUP`.
+- **New connections taken in bursts when the loop lags.** With several workers on one listening socket,
+  gunicorn has each accept one connection per wake-up of its loop, so that one worker does not take a whole
+  burst; but a worker busy with kept-alive connections turns its loop once per round of them, so a burst of
+  new connections came in one per round (2 workers, 64 connections at once: the last first request answered
+  after 1.0-1.4 s, wrk's p99 0.5-0.9 s). This worker accepts more per wake-up as its loop lags
+  (:func:`accepts_per_wakeup`), and one at a time, as gunicorn, while it keeps up.
 - **Close, don't drain.** When the app asks to close a connection after its answer (a body it refused or that
   did not arrive in time, see service/web/connection.py), the connection is closed rather than kept alive,
   which would make gunicorn read the rest of that body first.
@@ -60,12 +62,16 @@ MIN_IDLE_SECONDS = 0.5
 # thrown away for this long, so the answer is not lost to a reset (see linger()).
 LINGER_SECONDS = 2.0
 LINGER_READ_BYTES = 64 * 1024
-# Connections a worker accepts per wake-up when workers share the listening socket. gunicorn takes 1, so that
-# one worker does not take a whole burst; gevent's default, 100, lets it (64 wrk connections at once: 63 and
-# 1, then 64 and 0, halving throughput). 16 split the same burst 32 / 32 in each of 3 runs and took it in a
-# few loop turns (the last first request answered after 78 ms instead of 1.0-1.4 s; 8 split it 24 / 40 at
-# times). See docs/performance.md.
-ACCEPTS_PER_WAKEUP = 16
+# A worker sharing the listening socket accepts one more connection per wake-up for each of these seconds its
+# loop lags, up to the most: a connection waits about one turn of a busy loop instead of one turn per
+# connection ahead of it. The loop's lag is measured every PACE_SECONDS; a worker left with no connection
+# goes back to one at a time at once (it does not lag, and the next burst is one the workers share). Chosen
+# by measurement (docs/performance.md): a fixed 16 took bursts as fast but let one idle worker take a whole
+# small burst (4 wrk connections all on one worker in 4 of 8 runs, halving throughput); gevent's default of
+# 100 did so for 64.
+LAG_SECONDS_PER_ACCEPT = 0.005
+MOST_ACCEPTS_PER_WAKEUP = 16
+PACE_SECONDS = 0.02
 
 
 class _Wait:
@@ -161,16 +167,18 @@ class IdleConnections:
         return len(chosen)
 
 
+def accepts_per_wakeup(loop_lag_seconds: float) -> int:
+    """How many waiting connections a worker sharing the listening socket accepts per wake-up when its loop
+    runs ``loop_lag_seconds`` late: 1 (gunicorn's choice) while it keeps up, more as it lags."""
+    return max(1, min(MOST_ACCEPTS_PER_WAKEUP, 1 + int(loop_lag_seconds / LAG_SECONDS_PER_ACCEPT)))
+
+
 def connection_server(
-    listener: Any, handle: Callable[[Any, Any], None], *, spawn: Any, shared: bool, **ssl_args: Any
+    listener: Any, handle: Callable[[Any, Any], None], *, spawn: Any, **ssl_args: Any
 ) -> StreamServer:
-    """The server that accepts ``listener``'s connections and spawns ``handle(client, address)`` for each
-    (gevent's StreamServer, as gunicorn's gevent worker builds it), taking up to :data:`ACCEPTS_PER_WAKEUP`
-    waiting connections at each wake-up when the socket is ``shared`` with other workers."""
-    server = StreamServer(listener, handle=handle, spawn=spawn, **ssl_args)
-    if shared:
-        server.max_accept = ACCEPTS_PER_WAKEUP
-    return server
+    """The server that accepts ``listener``'s connections and spawns ``handle(client, address)`` for each:
+    gevent's StreamServer, as gunicorn's gevent worker builds it."""
+    return StreamServer(listener, handle=handle, spawn=spawn, **ssl_args)
 
 
 class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has no type hints
@@ -185,15 +193,21 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.close_after_each_answer = False
         self.admission: Admission | None = None  # the app's, once loaded (load_wsgi)
         # gunicorn's run() builds each listener's server with ``server_class`` when it is set (its pywsgi
-        # worker sets a pywsgi server class there), and otherwise a StreamServer that accepts one connection
-        # per wake-up; this builds that StreamServer with more (see connection_server()).
+        # worker sets a pywsgi server class there), and otherwise a StreamServer whose max_accept it sets to
+        # 1 with several workers; this builds the same StreamServer and keeps it, to pace its accepts.
         self.server_class = self._connection_server
+        self.servers: list[StreamServer] = []
 
     def _connection_server(self, listener: Any, *, spawn: Any, **arguments: Any) -> StreamServer:
         # application, log, handler_class and environ are for a pywsgi server; this one calls handle()
         ssl_args = {"ssl_context": arguments["ssl_context"]} if "ssl_context" in arguments else {}
-        handle = functools.partial(self.handle, listener)
-        return connection_server(listener, handle, spawn=spawn, shared=self.cfg.workers > 1, **ssl_args)
+        server = connection_server(
+            listener, functools.partial(self.handle, listener), spawn=spawn, **ssl_args
+        )
+        if self.cfg.workers > 1:
+            server.max_accept = accepts_per_wakeup(0.0)
+            self.servers.append(server)  # paced by _pace_accepts()
+        return server
 
     def load_wsgi(self) -> None:
         super().load_wsgi()
@@ -219,7 +233,18 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
 
     def run(self) -> None:
         gevent.spawn(self._keep_room)
+        gevent.spawn(self._pace_accepts)
         super().run()
+
+    def _pace_accepts(self) -> None:
+        while self.alive:
+            asleep = time.monotonic()
+            gevent.sleep(PACE_SECONDS)
+            self._set_accepts_per_wakeup(accepts_per_wakeup(time.monotonic() - asleep - PACE_SECONDS))
+
+    def _set_accepts_per_wakeup(self, accepts: int) -> None:
+        for server in self.servers:
+            server.max_accept = accepts
 
     def _keep_room(self) -> None:
         while self.alive:
@@ -236,6 +261,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             super().handle(listener, client, addr)
         finally:
             self.open_connections -= 1
+            if not self.open_connections:
+                self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
         self.served.add(gevent.getcurrent())
