@@ -37,7 +37,6 @@ import functools
 import socket
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -173,14 +172,6 @@ def accepts_per_wakeup(loop_lag_seconds: float) -> int:
     return max(1, min(MOST_ACCEPTS_PER_WAKEUP, 1 + int(loop_lag_seconds / LAG_SECONDS_PER_ACCEPT)))
 
 
-def connection_server(
-    listener: Any, handle: Callable[[Any, Any], None], *, spawn: Any, **ssl_args: Any
-) -> StreamServer:
-    """The server that accepts ``listener``'s connections and spawns ``handle(client, address)`` for each:
-    gevent's StreamServer, as gunicorn's gevent worker builds it."""
-    return StreamServer(listener, handle=handle, spawn=spawn, **ssl_args)
-
-
 class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has no type hints
     """The gevent worker with head deadlines, room kept for new connections, and no 100 for a refused body."""
 
@@ -198,13 +189,18 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.server_class = self._connection_server
         self.servers: list[StreamServer] = []
 
+    @property
+    def shares_listener(self) -> bool:
+        """Whether other workers accept on the same listening socket (then its accepts are paced)."""
+        return bool(self.cfg.workers > 1)
+
     def _connection_server(self, listener: Any, *, spawn: Any, **arguments: Any) -> StreamServer:
         # application, log, handler_class and environ are for a pywsgi server; this one calls handle()
         ssl_args = {"ssl_context": arguments["ssl_context"]} if "ssl_context" in arguments else {}
-        server = connection_server(
-            listener, functools.partial(self.handle, listener), spawn=spawn, **ssl_args
+        server = StreamServer(
+            listener, handle=functools.partial(self.handle, listener), spawn=spawn, **ssl_args
         )
-        if self.cfg.workers > 1:
+        if self.shares_listener:
             server.max_accept = accepts_per_wakeup(0.0)
             self.servers.append(server)  # paced by _pace_accepts()
         return server
@@ -233,7 +229,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
 
     def run(self) -> None:
         gevent.spawn(self._keep_room)
-        gevent.spawn(self._pace_accepts)
+        if self.shares_listener:
+            gevent.spawn(self._pace_accepts)
         super().run()
 
     def _pace_accepts(self) -> None:

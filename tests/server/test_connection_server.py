@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
+from gevent.server import StreamServer
 
-from service.server.worker import MOST_ACCEPTS_PER_WAKEUP, accepts_per_wakeup, connection_server
+from service.server.worker import MOST_ACCEPTS_PER_WAKEUP, accepts_per_wakeup
 
 WAITING = 24  # more than one wake-up's worth when the socket is shared
 
@@ -37,7 +38,7 @@ def accepted_per_wakeup(max_accept: int | None) -> list[int]:
             seen_when_handled.append(len(accepted))
             client.close()
 
-        server = connection_server(listener, handle, spawn=spawn)
+        server = StreamServer(listener, handle=handle, spawn=spawn)  # as the worker builds it
         if max_accept is not None:
             server.max_accept = max_accept
         server.start()
