@@ -4,13 +4,18 @@ glibc's malloc keeps freed memory for reuse: after one request of a few hundred 
 threshold has grown, later large arrays come from the heap, and an idle worker can keep 350 to 550 MB it no
 longer uses. ``malloc_trim(0)`` returns the free pages; it costs a walk over the heap (milliseconds), so it
 runs only after requests whose body or answer was large, once the answer has been sent and the request's
-objects are gone. Elsewhere (musl, macOS) there is no ``malloc_trim`` and this does nothing.
+objects are gone, and only once the worker has had no large request for a moment (:class:`ReleaseSchedule`):
+a worker busy with large requests reuses what the last one freed. Elsewhere (musl, macOS) there is no
+``malloc_trim`` and this does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import threading
+import time
 from collections.abc import Callable
 
 from flask import Flask, Response
@@ -21,6 +26,12 @@ from service.web.hooks import RequestGlobals, request_steps
 
 # Bodies at least this large leave enough behind to be worth a trim (the seed request is 100 bytes).
 LARGE_BODY_BYTES = 1024 * 1024
+# Trimming after every large request made the next one fault every page back in: 512 × 512 attention with
+# weights (1.9 MB of JSON in, 5 MB out) took 3,600 page faults and about 3 ms more CPU per request, a tenth of
+# its cost (docs/performance.md). So the worker trims once it has had no large request for QUIET_SECONDS, and,
+# while they keep coming, at most LONGEST_DELAY_SECONDS after the first one it has not trimmed for.
+QUIET_SECONDS = 1.0
+LONGEST_DELAY_SECONDS = 10.0
 
 
 def _find_malloc_trim() -> Callable[[int], int] | None:
@@ -68,15 +79,101 @@ def release_freed_memory() -> bool:
     return bool(_MALLOC_TRIM(0)) if _MALLOC_TRIM is not None else False
 
 
+class ReleaseSchedule:
+    """When the freed memory of large requests is due to be released, on the clock the caller reads.
+
+    Due ``quiet_seconds`` after the last large request, or ``longest_delay_seconds`` after the first one not
+    yet released, whichever comes first; nothing is due when no large request is waiting for a release.
+    """
+
+    def __init__(
+        self, *, quiet_seconds: float = QUIET_SECONDS, longest_delay_seconds: float = LONGEST_DELAY_SECONDS
+    ) -> None:
+        self.quiet_seconds = quiet_seconds
+        self.longest_delay_seconds = longest_delay_seconds
+        self._first_waiting: float | None = None
+        self._last: float = 0.0
+
+    def large_request_done(self, now: float) -> None:
+        if self._first_waiting is None:
+            self._first_waiting = now
+        self._last = now
+
+    def seconds_until_due(self, now: float) -> float | None:
+        """Seconds until the release is due (0.0 when it is), or None when nothing waits for one."""
+        if self._first_waiting is None:
+            return None
+        due = min(self._last + self.quiet_seconds, self._first_waiting + self.longest_delay_seconds)
+        return max(0.0, due - now)
+
+    def released(self) -> None:
+        self._first_waiting = None
+
+
+class DeferredRelease:
+    """Calls ``release`` when its :class:`ReleaseSchedule` says so, from a daemon thread of its own.
+
+    The thread starts with the first large request of each process (a worker forks without its parent's
+    threads). Under the gevent worker ``threading`` is gevent's, so the thread is a greenlet on the worker's
+    loop and the release runs between requests, as it did right after each answer before.
+    """
+
+    def __init__(
+        self,
+        release: Callable[[], object] = release_freed_memory,
+        schedule: ReleaseSchedule | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._release = release
+        self._schedule = schedule or ReleaseSchedule()
+        self._clock = clock
+        self._pid: int | None = None  # the process whose thread runs the releases
+        self._changed: threading.Condition | None = None
+        self._starting = threading.Lock()  # held for no more than a few statements that cannot yield
+
+    def large_request_done(self) -> None:
+        """Note a large request whose answer has been sent; its memory is released when due."""
+        with self._starting:
+            changed, start = self._changed, self._pid != os.getpid()
+            if changed is None or start:
+                # Made here rather than at import: in the worker, after gevent has patched threading.
+                self._pid = os.getpid()
+                self._changed = changed = threading.Condition()
+        if start:
+            threading.Thread(target=self._run, args=(changed,), name="memory-release", daemon=True).start()
+        with changed:
+            self._schedule.large_request_done(self._clock())
+            changed.notify()
+
+    def _run(self, changed: threading.Condition) -> None:
+        while True:
+            with changed:
+                wait = self._schedule.seconds_until_due(self._clock())
+                while wait is None or wait > 0:
+                    changed.wait(wait)
+                    wait = self._schedule.seconds_until_due(self._clock())
+                self._schedule.released()
+            self._release()
+
+
+_DEFERRED_RELEASE = DeferredRelease()
+
+
 def install_memory_release(app: Flask) -> None:
-    """After a large body or a large answer (streamed, or 1 MiB or more) is sent, release what was freed, and
-    keep every thread's allocations in the arena that release reaches (:func:`_one_malloc_arena`)."""
+    """After a large body or a large answer (streamed, or 1 MiB or more) is sent, release what was freed once
+    the worker is quiet (:class:`ReleaseSchedule`), and keep every thread's allocations in the arena that
+    release reaches (:func:`_one_malloc_arena`)."""
     _one_malloc_arena()
     request_steps(app).add_after(_release_after_large_requests)
+
+
+def large_request_done() -> None:
+    """Schedule a release of the memory a large request freed (:class:`ReleaseSchedule` says when)."""
+    _DEFERRED_RELEASE.large_request_done()
 
 
 def _release_after_large_requests(request: Request, g: RequestGlobals, response: Response) -> Response:
     large_answer = response.is_streamed or (response.content_length or 0) >= LARGE_BODY_BYTES
     if large_answer or body_size_of(request) >= LARGE_BODY_BYTES:  # inflated, if it came compressed
-        response.call_on_close(release_freed_memory)
+        response.call_on_close(large_request_done)
     return response
