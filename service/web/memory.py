@@ -140,7 +140,15 @@ class DeferredRelease:
                 self._pid = os.getpid()
                 self._changed = changed = threading.Condition()
         if start:
-            threading.Thread(target=self._run, args=(changed,), name="memory-release", daemon=True).start()
+            try:
+                threading.Thread(
+                    target=self._run, args=(changed,), name="memory-release", daemon=True
+                ).start()
+            except RuntimeError:  # no thread to be had now (a sync worker at its limits): release at once,
+                with self._starting:  # as before the schedule, and try the thread again next time
+                    self._pid = None
+                self._release()
+                return
         with changed:
             self._schedule.large_request_done(self._clock())
             changed.notify()

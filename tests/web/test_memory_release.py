@@ -74,3 +74,28 @@ def test_the_release_thread_releases_once_per_quiet_spell() -> None:
     clock.now = 0.1
     assert released.acquire(timeout=5)
     assert calls == [0.05, 0.1]
+
+
+def test_a_worker_that_cannot_start_the_thread_releases_at_once_and_tries_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[str] = []
+    start = threading.Thread.start
+
+    def refuse(thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    def release() -> None:
+        calls.append(threading.current_thread().name)
+
+    deferred = DeferredRelease(release, ReleaseSchedule(quiet_seconds=0.0))
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    deferred.large_request_done()
+    assert calls == [threading.current_thread().name]  # at once, on the request's own thread, as before
+    monkeypatch.setattr(threading.Thread, "start", start)
+    deferred.large_request_done()  # the thread starts this time, and releases when due
+    for _ in range(500):  # up to 5 s
+        if len(calls) == 2:
+            break
+        threading.Event().wait(0.01)
+    assert calls == [threading.current_thread().name, "memory-release"]
