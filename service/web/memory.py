@@ -127,26 +127,26 @@ class DeferredRelease:
         self._release = release
         self._schedule = schedule or ReleaseSchedule()
         self._clock = clock
-        self._pid: int | None = None  # the process whose thread runs the releases
-        self._changed: threading.Condition | None = None
+        # The process whose thread runs the releases, and the condition that wakes that thread.
+        self._thread_of: tuple[int, threading.Condition] | None = None
         self._starting = threading.Lock()  # held for no more than a few statements that cannot yield
 
     def large_request_done(self) -> None:
         """Note a large request whose answer has been sent; its memory is released when due."""
         with self._starting:
-            changed, start = self._changed, self._pid != os.getpid()
-            if changed is None or start:
+            thread_of, start = self._thread_of, False
+            if thread_of is None or thread_of[0] != os.getpid():
                 # Made here rather than at import: in the worker, after gevent has patched threading.
-                self._pid = os.getpid()
-                self._changed = changed = threading.Condition()
+                thread_of = self._thread_of = (os.getpid(), threading.Condition())
+                start = True
+        changed = thread_of[1]
         if start:
+            thread = threading.Thread(target=self._run, args=(changed,), name="memory-release", daemon=True)
             try:
-                threading.Thread(
-                    target=self._run, args=(changed,), name="memory-release", daemon=True
-                ).start()
+                thread.start()
             except RuntimeError:  # no thread to be had now (a sync worker at its limits): release at once,
                 with self._starting:  # as before the schedule, and try the thread again next time
-                    self._pid = None
+                    self._thread_of = None
                 self._release()
                 return
         with changed:

@@ -80,6 +80,7 @@ def test_a_worker_that_cannot_start_the_thread_releases_at_once_and_tries_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     calls: list[str] = []
+    released = threading.Semaphore(0)
     start = threading.Thread.start
 
     def refuse(thread: threading.Thread) -> None:
@@ -87,15 +88,14 @@ def test_a_worker_that_cannot_start_the_thread_releases_at_once_and_tries_again(
 
     def release() -> None:
         calls.append(threading.current_thread().name)
+        released.release()
 
     deferred = DeferredRelease(release, ReleaseSchedule(quiet_seconds=0.0))
     monkeypatch.setattr(threading.Thread, "start", refuse)
     deferred.large_request_done()
     assert calls == [threading.current_thread().name]  # at once, on the request's own thread, as before
+    assert released.acquire(timeout=0)
     monkeypatch.setattr(threading.Thread, "start", start)
     deferred.large_request_done()  # the thread starts this time, and releases when due
-    for _ in range(500):  # up to 5 s
-        if len(calls) == 2:
-            break
-        threading.Event().wait(0.01)
+    assert released.acquire(timeout=5), "the thread never released"
     assert calls == [threading.current_thread().name, "memory-release"]
