@@ -164,7 +164,7 @@ def inference_request_schema(model: Model) -> type[Schema]:
             "inputs": fields.List(fields.Nested(request_input), required=True),
             "outputs": fields.List(
                 fields.Nested(request_output),
-                metadata={"description": "The outputs to answer; without it, the default ones (as /v1)."},
+                metadata={"description": "The outputs to answer; absent or empty: the defaults (as /v1)."},
             ),
         },
         name=f"{model.schema_name}InferenceRequest",

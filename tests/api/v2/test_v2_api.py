@@ -438,6 +438,17 @@ def test_default_outputs_are_what_v1_answers_by_default(client: FlaskClient) -> 
     assert "token_logprobs" in scored
 
 
+def test_an_empty_outputs_list_answers_the_default_outputs(client: FlaskClient) -> None:
+    """``"outputs": []`` names no output, so the answer holds the default outputs, as without the member
+    (Triton answers every output when none is named; tritonclient leaves an empty list out), not none."""
+    worked_example = {"query": [[0, 1]], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    inputs = [json_tensor(name, np.array(array, float), "FP64") for name, array in worked_example.items()]
+    answer = read_answer(client.post("/v2/models/attention/infer", json={"inputs": inputs, "outputs": []}))
+    assert set(answer) == {"output", "weights", "scale", "empty_rows"}
+    np.testing.assert_allclose(answer["weights"], [[0.3302, 0.6698]], atol=1e-4)
+    np.testing.assert_allclose(answer["output"], [[1.9814, 2.0093]], atol=1e-4)
+
+
 def test_an_id_is_echoed(client: FlaskClient) -> None:
     inputs = [json_tensor("logits", np.array([1.0, 2.0]), "FP64")]
     response = client.post("/v2/models/softmax/infer", json={"id": "call-7", "inputs": inputs})
