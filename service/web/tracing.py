@@ -6,7 +6,8 @@ Off unless configured, and configured only by the standard ``OTEL_*`` variables 
 on only when an OTLP endpoint is given (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``…_TRACES_ENDPOINT``);
 ``OTEL_SDK_DISABLED=true`` turns it off. The SDK itself reads the rest: ``OTEL_SERVICE_NAME`` and
 ``OTEL_RESOURCE_ATTRIBUTES`` (the resource), ``OTEL_TRACES_SAMPLER`` and ``…_ARG`` (the sampler),
-``OTEL_EXPORTER_OTLP_*`` (the exporter), ``OTEL_BSP_*`` (the batching), ``OTEL_PROPAGATORS``.
+``OTEL_EXPORTER_OTLP_*`` (the exporter), ``OTEL_BSP_*`` (the batching), ``OTEL_PROPAGATORS``. A variable set
+to an empty value counts as unset, as the OpenTelemetry specification says (:func:`forget_empty_variables`).
 
 When off, nothing of OpenTelemetry is imported and no step is installed, so it costs nothing. When on, the
 SDK's provider is made on the first request of each process, so a gunicorn worker gets its own after the fork
@@ -21,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask, Response, g
@@ -40,6 +41,20 @@ PROVIDER_CONFIG = "TRACER_PROVIDER"  # a test's own provider (e.g. with an in-me
 _EXTENSION = "attention_tracing"
 _SPAN = "trace_span"
 _CLOCK = "trace_clock"
+
+
+def forget_empty_variables(environ: MutableMapping[str, str]) -> list[str]:
+    """Remove the ``OTEL_*`` variables whose value is empty (or only spaces) from ``environ``; their names.
+
+    The OpenTelemetry specification reads an empty variable as unset, but the Python SDK takes some as values:
+    an empty ``OTEL_TRACES_SAMPLER`` is a sampler it does not know (a warning), an empty
+    ``OTEL_BSP_SCHEDULE_DELAY`` a number it cannot read (a traceback). docker-compose.yml passes the tracing
+    variables through as ``${NAME:-}``, empty unless the operator sets them.
+    """
+    empty = [name for name, value in environ.items() if name.startswith("OTEL_") and not value.strip()]
+    for name in empty:
+        del environ[name]
+    return empty
 
 
 def exporters_from(environ: Mapping[str, str]) -> list[str]:
@@ -119,6 +134,8 @@ class Tracing:
 def install_tracing(app: Flask, environ: Mapping[str, str] | None = None) -> Tracing | None:
     """Trace every request when the ``OTEL_*`` variables (or a test's provider) ask for it; else nothing."""
     provider = app.config.get(PROVIDER_CONFIG)
+    if environ is None:
+        forget_empty_variables(os.environ)  # before the SDK reads any of them (it is imported later)
     exporters = exporters_from(os.environ if environ is None else environ)
     if provider is None and not exporters:
         return None

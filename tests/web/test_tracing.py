@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,3 +162,31 @@ def test_an_unsampled_caller_records_nothing(
     assert exporter.get_finished_spans() == ()
     (line,) = _log_lines(capsys.readouterr().out)
     assert "trace_id" not in line
+
+
+def test_an_empty_variable_counts_as_unset() -> None:
+    """docker-compose.yml passes the tracing variables through, empty unless set. The OpenTelemetry
+    specification reads an empty variable as unset; the Python SDK warns of an unknown sampler for an empty
+    ``OTEL_TRACES_SAMPLER``. A fresh interpreter, as the SDK reads some of them when first imported."""
+    script = (
+        "from service import create_app\n"
+        "app = create_app({'TESTING': True})\n"
+        "answer = app.test_client().post('/v1/softmax', json={'logits': [[1.0, 2.0]]},"
+        f" headers={{'traceparent': {TRACEPARENT!r}}})\n"
+        "assert answer.status_code == 200, answer.status_code\n"
+    )
+    empty = ("OTEL_PROPAGATORS", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME")
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+    environ |= dict.fromkeys(empty, "") | {"OTEL_EXPORTER_OTLP_ENDPOINT": " "}
+    environ["OTEL_TRACES_EXPORTER"] = "console"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=environ, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "sampler" not in done.stderr.lower(), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    spans = [json.loads(line) for line in done.stdout.splitlines() if line.startswith('{"name"')]
+    server = next(span for span in spans if span["name"] == "POST /v1/softmax")
+    assert server["context"]["trace_id"] == f"0x{TRACE_ID}"  # the caller's trace, continued
+    assert server["parent_id"] == f"0x{PARENT_ID}"
+    assert server["resource"]["attributes"]["service.name"] == "attention-service"
