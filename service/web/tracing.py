@@ -43,8 +43,8 @@ _SPAN = "trace_span"
 _CLOCK = "trace_clock"
 
 
-def forget_empty_variables(environ: MutableMapping[str, str]) -> list[str]:
-    """Remove the ``OTEL_*`` variables whose value is empty (or only spaces) from ``environ``; their names.
+def forget_empty_variables(environ: MutableMapping[str, str]) -> None:
+    """Remove the ``OTEL_*`` variables whose value is empty (or only spaces) from ``environ``.
 
     The OpenTelemetry specification reads an empty variable as unset, but the Python SDK takes some as values:
     an empty ``OTEL_TRACES_SAMPLER`` is a sampler it does not know (a warning), an empty
@@ -54,7 +54,6 @@ def forget_empty_variables(environ: MutableMapping[str, str]) -> list[str]:
     empty = [name for name, value in environ.items() if name.startswith("OTEL_") and not value.strip()]
     for name in empty:
         del environ[name]
-    return empty
 
 
 def exporters_from(environ: Mapping[str, str]) -> list[str]:
