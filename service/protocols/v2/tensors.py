@@ -26,6 +26,7 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 # The most dimensions a shape may list (NumPy's limit): a rank the model does not take (each takes up to
 # MAX_RANK) is then refused by the model's field, with /v1's message, not as a malformed shape.
 MAX_SHAPE_RANK = 32
+_LARGEST_ARRAY_BYTES = np.iinfo(np.intp).max
 
 # Every datatype this service reads or writes, with its little-endian NumPy dtype.
 DTYPES: dict[str, np.dtype[Any]] = {
@@ -136,7 +137,7 @@ def decode_inputs(
         if name in arrays:
             raise invalid("this input tensor is given twice.", field=name)
         datatype, dtype = _datatype(tensor.get("datatype"), specs[name], name)
-        shape = _shape(tensor.get("shape"), name)
+        shape = _shape(tensor.get("shape"), name, datatype, dtype)
         count = math.prod(shape)
         parameters = tensor.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
@@ -177,7 +178,7 @@ def _datatype(datatype: object, spec: InputSpec, name: str) -> tuple[str, np.dty
     )
 
 
-def _shape(shape: object, name: str) -> tuple[int, ...]:
+def _shape(shape: object, name: str, datatype: str, dtype: np.dtype[Any]) -> tuple[int, ...]:
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_SHAPE_RANK
@@ -185,6 +186,13 @@ def _shape(shape: object, name: str) -> tuple[int, ...]:
     ):
         raise malformed(
             f"shape must be a list of at most {MAX_SHAPE_RANK} non-negative integers, got {str(shape)[:60]}.",
+            field=name,
+        )
+    # A shape with a 0 holds no element whatever its other dimensions, so no size check refuses it; but NumPy
+    # makes no array, not even an empty one, whose other dimensions multiply past the bytes it can address.
+    if math.prod(size for size in shape if size) * dtype.itemsize > _LARGEST_ARRAY_BYTES:
+        raise invalid(
+            f"shape {str(shape)[:80]} of {datatype} is larger than any array can be, even with no elements.",
             field=name,
         )
     return tuple(shape)

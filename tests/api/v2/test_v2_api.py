@@ -494,6 +494,42 @@ def test_bad_binary_bodies_are_400_naming_the_culprit(
     assert field in problem["error"]  # tritonclient shows only the error text: it names the culprit
 
 
+@pytest.mark.parametrize(
+    ("path", "name", "datatype", "shape"),
+    [
+        ("/v2/models/softmax/infer", "logits", "FP64", [0, 2**60]),
+        ("/v2/models/softmax/infer", "logits", "FP32", [2**61, 0]),
+        ("/v2/models/softmax/infer", "logits", "FP64", [0, 2**63]),
+        ("/v2/models/layer-norm/versions/1/infer", "x", "FP64", [2**32, 2**32, 0]),
+    ],
+)
+@pytest.mark.parametrize("binary", [False, True])
+def test_an_empty_tensor_too_large_for_an_array_is_refused_naming_it(
+    client: FlaskClient, path: str, name: str, datatype: str, shape: list[int], binary: bool
+) -> None:
+    """A shape with a 0 holds no element, so no size check refused it, but NumPy makes no array (not even an
+    empty one) whose other dimensions multiply past the bytes it can address: these were 500s."""
+    tensor: dict[str, Any] = {"name": name, "datatype": datatype, "shape": shape}
+    if binary:
+        head = json.dumps({"inputs": [{**tensor, "parameters": {"binary_data_size": 0}}]}).encode()
+        response = client.post(
+            path, data=head, headers={HEADER: str(len(head)), "Content-Type": "application/octet-stream"}
+        )
+    else:
+        response = client.post(path, json={"inputs": [{**tensor, "data": []}]})
+    assert_problem(response, 422, field=name, says="larger than any array")
+
+
+def test_an_empty_tensor_within_numpys_reach_is_answered_as_before(client: FlaskClient) -> None:
+    """Just below NumPy's limit the shape is decoded, and the model's own rule answers it, as for [0, 5]."""
+    for shape in ([0, 2**60 - 1], [0, 5]):
+        response = client.post(
+            "/v2/models/softmax/infer",
+            json={"inputs": [{"name": "logits", "datatype": "FP64", "shape": shape, "data": []}]},
+        )
+        assert_problem(response, 422, field="logits", says="must not have an empty dimension")
+
+
 def test_bool_bytes_other_than_0_and_1_are_refused(client: FlaskClient) -> None:
     body, headers = binary_body(
         [("logits", np.array([1.0, 2.0]), "FP64"), ("mask", np.array([1, 2]), "INT32")]
