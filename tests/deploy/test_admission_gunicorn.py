@@ -253,7 +253,20 @@ def test_a_connection_whose_next_request_is_waiting_does_not_keep_another_connec
     does not block: a kept-alive connection that always has its next request waiting (pipelined here; a fast
     client in practice, whose next request arrives while the answer is logged) was served again and again
     while another connection's request waited behind all of them. The worker yields between the requests of
-    a connection, so the other request is answered after a few of them."""
+    a connection, so the other request is answered after a few of them.
+
+    Without the yield the other request comes after all of them, every time. With it, a test process that the
+    machine leaves unscheduled between its two sends (CI beside other work on 2 cores: once after 51) lets
+    the worker serve more before the other request exists, so each try is repeated up to twice."""
+    served_first = [_answered_before_the_other(server)]
+    while served_first[-1] > 10 and len(served_first) < 3:
+        served_first.append(_answered_before_the_other(server))
+    assert served_first[-1] <= 10, f"the other connection's request was answered after {served_first} of them"
+
+
+def _answered_before_the_other(server: Server) -> int:
+    """How many of ``PIPELINED`` requests waiting on one connection were answered before a request sent
+    right after them on another connection."""
     softmax = b'{"logits":[1,2,3]}'
     request_a = (
         b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -290,5 +303,4 @@ def test_a_connection_whose_next_request_is_waiting_does_not_keep_another_connec
         time.sleep(0.05)
     assert paths.count("/v1/softmax") == PIPELINED
     assert paths.count("/v1/attention") == 1
-    served_first = paths.index("/v1/attention")
-    assert served_first <= 10, f"the other connection's request was answered after {served_first} of them"
+    return paths.index("/v1/attention")
