@@ -48,8 +48,9 @@ def forget_empty_variables(environ: MutableMapping[str, str]) -> None:
 
     The OpenTelemetry specification reads an empty variable as unset, but the Python SDK takes some as values:
     an empty ``OTEL_TRACES_SAMPLER`` is a sampler it does not know (a warning), an empty
-    ``OTEL_BSP_SCHEDULE_DELAY`` a number it cannot read (a traceback). docker-compose.yml passes the tracing
-    variables through as ``${NAME:-}``, empty unless the operator sets them.
+    ``OTEL_BSP_SCHEDULE_DELAY`` a number it cannot read (a ``ValueError``). docker-compose.yml passes the
+    tracing variables through as ``${NAME:-}``, empty unless the operator sets them. Only spaces count as
+    empty too: no variable of the SDK's means anything by them.
     """
     empty = [name for name, value in environ.items() if name.startswith("OTEL_") and not value.strip()]
     for name in empty:
@@ -63,9 +64,7 @@ def exporters_from(environ: Mapping[str, str]) -> list[str]:
     names = [name.strip().lower() for name in environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
     names = [name for name in names if name]
     if not names:
-        endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get(
-            "OTEL_EXPORTER_OTLP_ENDPOINT"
-        )
+        endpoint = _first_set(environ, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
         return ["otlp"] if endpoint else []
     if "none" in names:
         return []
@@ -75,10 +74,15 @@ def exporters_from(environ: Mapping[str, str]) -> list[str]:
             f"OTEL_TRACES_EXPORTER names {', '.join(unknown)}; this service exports traces with "
             f"{', '.join(EXPORTERS)} or none."
         )
-    protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-    if "otlp" in names and protocol not in (None, "", "http/protobuf"):
+    protocol = _first_set(environ, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+    if "otlp" in names and protocol not in ("", "http/protobuf"):
         raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL is {protocol!r}; this service exports http/protobuf.")
     return list(dict.fromkeys(names))
+
+
+def _first_set(environ: Mapping[str, str], *names: str) -> str:
+    """The value of the first of ``names`` set to more than spaces, else "" (empty counts as unset)."""
+    return next((value for name in names if (value := environ.get(name, "").strip())), "")
 
 
 def one_line(span: Any) -> str:
@@ -133,11 +137,13 @@ class Tracing:
 def install_tracing(app: Flask, environ: Mapping[str, str] | None = None) -> Tracing | None:
     """Trace every request when the ``OTEL_*`` variables (or a test's provider) ask for it; else nothing."""
     provider = app.config.get(PROVIDER_CONFIG)
-    if environ is None:
-        forget_empty_variables(os.environ)  # before the SDK reads any of them (it is imported later)
-    exporters = exporters_from(os.environ if environ is None else environ)
+    exporters = exporters_from(os.environ if environ is None else environ)  # reads empty as unset itself
     if provider is None and not exporters:
         return None
+    if environ is None:
+        # Only when tracing is on (off, the SDK is never imported), and before it reads any of them: it is
+        # imported on the first request.
+        forget_empty_variables(os.environ)
     tracing = Tracing(exporters, provider)
     app.extensions[_EXTENSION] = tracing
     steps = request_steps(app)

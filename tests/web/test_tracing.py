@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +21,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from service import create_app
-from service.web.tracing import exporters_from
+from service.web.tracing import exporters_from, forget_empty_variables
 
+ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
@@ -59,6 +62,10 @@ def _log_lines(text: str) -> list[dict[str, Any]]:
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, ["otlp"]),
         ({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}, []),
         ({"OTEL_TRACES_EXPORTER": "console,none"}, []),
+        # Empty, or only spaces, is unset (docker-compose.yml passes them through empty).
+        ({"OTEL_TRACES_EXPORTER": "", "OTEL_EXPORTER_OTLP_ENDPOINT": " "}, []),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": " ", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c"}, ["otlp"]),
+        ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": " "}, ["otlp"]),
     ],
 )
 def test_the_standard_variables_choose_the_exporters(environ: dict[str, str], exporters: list[str]) -> None:
@@ -177,10 +184,15 @@ def test_an_empty_variable_counts_as_unset() -> None:
     )
     empty = ("OTEL_PROPAGATORS", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME")
     environ = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
-    environ |= dict.fromkeys(empty, "") | {"OTEL_EXPORTER_OTLP_ENDPOINT": " "}
-    environ["OTEL_TRACES_EXPORTER"] = "console"
+    environ |= dict.fromkeys(empty, "") | {"OTEL_BSP_SCHEDULE_DELAY": " ", "OTEL_TRACES_EXPORTER": "console"}
     done = subprocess.run(
-        [sys.executable, "-c", script], env=environ, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", script],
+        env=environ,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert "sampler" not in done.stderr.lower(), done.stderr
@@ -190,3 +202,26 @@ def test_an_empty_variable_counts_as_unset() -> None:
     assert server["context"]["trace_id"] == f"0x{TRACE_ID}"  # the caller's trace, continued
     assert server["parent_id"] == f"0x{PARENT_ID}"
     assert server["resource"]["attributes"]["service.name"] == "attention-service"
+
+
+COMPOSE_VARIABLES = re.findall(
+    r"^\s+(OTEL_[A-Z0-9_]+): \$\{\1:-\}", (ROOT / "docker-compose.yml").read_text(), re.MULTILINE
+)
+
+
+def test_the_variables_compose_passes_through_empty_leave_tracing_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert len(COMPOSE_VARIABLES) >= 5
+    for name in COMPOSE_VARIABLES:
+        monkeypatch.setenv(name, "")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", " ")
+    app = create_app({"TESTING": True})
+    assert "attention_tracing" not in app.extensions
+    assert os.environ["OTEL_TRACES_EXPORTER"] == ""  # off, the environment is left as it was
+
+
+def test_forgetting_empty_variables_removes_only_empty_otel_ones() -> None:
+    environ = {"OTEL_A": "", "OTEL_B": "  ", "OTEL_C": "x", "OTHER": "", "PATH": "/bin"}
+    forget_empty_variables(environ)
+    assert environ == {"OTEL_C": "x", "OTHER": "", "PATH": "/bin"}

@@ -190,7 +190,8 @@ def _shape(shape: object, name: str, datatype: str, dtype: np.dtype[Any]) -> tup
         )
     # A shape with a 0 holds no element whatever its other dimensions, so no size check refuses it; but NumPy
     # makes no array, not even an empty one, whose other dimensions multiply past the bytes it can address.
-    if math.prod(size for size in shape if size) * dtype.itemsize > _LARGEST_ARRAY_BYTES:
+    # (Without a 0, the element count checked against the data refuses such a shape first.)
+    if 0 in shape and math.prod(size for size in shape if size) * dtype.itemsize > _LARGEST_ARRAY_BYTES:
         raise invalid(
             f"shape {str(shape)[:80]} of {datatype} is larger than any array can be, even with no elements.",
             field=name,

@@ -326,7 +326,7 @@ def _parameters(raw: object, model: Model) -> tuple[dict[str, Any], bool]:
 
 def _requested_outputs(outputs: object, model: Model, binary_by_default: bool) -> dict[str, bool] | None:
     """The outputs named in the request, each with whether it is to be binary; ``None`` if none are named."""
-    if outputs is None or outputs == []:  # names none: the defaults (Triton too answers its defaults then)
+    if outputs is None or outputs == []:  # names none, as Triton reads it (it then answers every output)
         return None
     if not isinstance(outputs, list):
         raise malformed("outputs must be a list of {name, parameters} objects.", field="outputs")

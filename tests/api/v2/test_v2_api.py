@@ -443,10 +443,16 @@ def test_an_empty_outputs_list_answers_the_default_outputs(client: FlaskClient) 
     (Triton answers every output when none is named; tritonclient leaves an empty list out), not none."""
     worked_example = {"query": [[0, 1]], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
     inputs = [json_tensor(name, np.array(array, float), "FP64") for name, array in worked_example.items()]
-    answer = read_answer(client.post("/v2/models/attention/infer", json={"inputs": inputs, "outputs": []}))
-    assert set(answer) == {"output", "weights", "scale", "empty_rows"}
-    np.testing.assert_allclose(answer["weights"], [[0.3302, 0.6698]], atol=1e-4)
-    np.testing.assert_allclose(answer["output"], [[1.9814, 2.0093]], atol=1e-4)
+    for binary in (False, True):
+        request = {"inputs": inputs, "parameters": {"binary_data_output": binary}}
+        without = client.post("/v2/models/attention/infer", json=request)
+        empty = client.post("/v2/models/attention/infer", json={**request, "outputs": []})
+        assert empty.get_data() == without.get_data()
+        assert empty.headers.get(HEADER) == without.headers.get(HEADER)
+        answer = read_answer(empty)
+        assert set(answer) == {"output", "weights", "scale", "empty_rows"}
+        np.testing.assert_allclose(answer["weights"], [[0.3302, 0.6698]], atol=1e-4)
+        np.testing.assert_allclose(answer["output"], [[1.9814, 2.0093]], atol=1e-4)
 
 
 def test_an_id_is_echoed(client: FlaskClient) -> None:
@@ -518,6 +524,15 @@ def test_an_empty_tensor_too_large_for_an_array_is_refused_naming_it(
     else:
         response = client.post(path, json={"inputs": [{**tensor, "data": []}]})
     assert_problem(response, 422, field=name, says="larger than any array")
+
+
+def test_a_huge_shape_with_elements_is_still_refused_for_its_data(client: FlaskClient) -> None:
+    """Without a 0 the element count, checked against the data sent, refuses a huge shape first (a 400)."""
+    response = client.post(
+        "/v2/models/softmax/infer",
+        json={"inputs": [{"name": "logits", "datatype": "FP64", "shape": [2**40, 2**40], "data": [1, 2]}]},
+    )
+    assert_problem(response, 400, field="logits", says="but data has 2")
 
 
 def test_an_empty_tensor_within_numpys_reach_is_answered_as_before(client: FlaskClient) -> None:
