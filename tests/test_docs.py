@@ -40,14 +40,19 @@ COMPUTED = {
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
+def operations_section(title: str) -> str:
+    """The text of docs/operations.md's ``## title`` section, up to the next one."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
 def documented_defaults() -> dict[str, str | None]:
     """docs/operations.md's configuration table: variable -> its default as written (None when computed).
 
     A default in backticks is taken literally; "(none…)" is the empty value; anything else must be one of
     COMPUTED.
     """
-    text = OPERATIONS.read_text(encoding="utf-8")
-    table = text.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    table = operations_section("Configuration")
     defaults: dict[str, str | None] = {}
     for name, cell in re.findall(r"^\| `([A-Z0-9_]+)` \| ([^|]*) \|", table, re.MULTILINE):
         literal = re.fullmatch(r"`([^`]*)`(?: \(.*\))?", cell.strip())
@@ -139,8 +144,7 @@ def test_documented_defaults_are_what_the_gunicorn_settings_use() -> None:
 
 def documented_tracing_variables() -> set[str]:
     """The ``OTEL_*`` variables docs/operations.md's Tracing table names in its first column."""
-    text = OPERATIONS.read_text(encoding="utf-8")
-    table = text.split("\n## Tracing\n", 1)[1].split("\n## ", 1)[0]
+    table = operations_section("Tracing")
     names = {
         name
         for cell in re.findall(r"^\| ([^|]*) \|", table, re.MULTILINE)
@@ -296,7 +300,7 @@ def test_the_api_keys_row_names_every_path_that_needs_a_key() -> None:
         for method, operation in item.items()
         if method in {"get", "post"} and "401" in operation["responses"]
     }
-    table = OPERATIONS.read_text(encoding="utf-8").split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    table = operations_section("Configuration")
     (row,) = re.findall(r"^\| `API_KEYS` \|[^\n]*", table, re.MULTILINE)
     for path in protected:
         if path.startswith("/v1/"):

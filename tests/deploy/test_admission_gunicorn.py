@@ -259,10 +259,12 @@ def test_a_connection_whose_next_request_is_waiting_does_not_keep_another_connec
     machine leaves unscheduled between its two sends (CI beside other work on 2 cores: once after 51) lets
     the worker serve more before the other request exists, so a try whose two sends took longer than
     SLOW_SENDS_SECONDS is repeated, up to twice."""
-    tries = [_answered_before_the_other(server)]
-    while tries[-1][0] > 10 and tries[-1][1] > SLOW_SENDS_SECONDS and len(tries) < 3:
-        tries.append(_answered_before_the_other(server))
-    served_first = tries[-1][0]
+    tries: list[tuple[int, float]] = []  # (answered before the other, seconds the two sends took)
+    for _ in range(3):
+        served_first, sends_seconds = _answered_before_the_other(server)
+        tries.append((served_first, sends_seconds))
+        if served_first <= 10 or sends_seconds <= SLOW_SENDS_SECONDS:
+            break
     assert served_first <= 10, f"the other request came after {served_first} of them; (after, sends): {tries}"
 
 

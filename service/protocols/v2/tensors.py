@@ -137,7 +137,7 @@ def decode_inputs(
         if name in arrays:
             raise invalid("this input tensor is given twice.", field=name)
         datatype, dtype = _datatype(tensor.get("datatype"), specs[name], name)
-        shape = _shape(tensor.get("shape"), name, datatype, dtype)
+        shape = _shape(tensor.get("shape"), name, datatype)
         count = math.prod(shape)
         parameters = tensor.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
@@ -178,7 +178,7 @@ def _datatype(datatype: object, spec: InputSpec, name: str) -> tuple[str, np.dty
     )
 
 
-def _shape(shape: object, name: str, datatype: str, dtype: np.dtype[Any]) -> tuple[int, ...]:
+def _shape(shape: object, name: str, datatype: str) -> tuple[int, ...]:
     if (
         not isinstance(shape, list)
         or len(shape) > MAX_SHAPE_RANK
@@ -191,7 +191,8 @@ def _shape(shape: object, name: str, datatype: str, dtype: np.dtype[Any]) -> tup
     # A shape with a 0 holds no element whatever its other dimensions, so no size check refuses it; but NumPy
     # makes no array, not even an empty one, whose other dimensions multiply past the bytes it can address.
     # (Without a 0, the element count checked against the data refuses such a shape first.)
-    if 0 in shape and math.prod(size for size in shape if size) * dtype.itemsize > _LARGEST_ARRAY_BYTES:
+    itemsize = DTYPES[datatype].itemsize
+    if 0 in shape and math.prod(size for size in shape if size) * itemsize > _LARGEST_ARRAY_BYTES:
         raise invalid(
             f"shape {str(shape)[:80]} of {datatype} is larger than any array can be, even with no elements.",
             field=name,
