@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -46,6 +47,7 @@ SERVICE_APP = "service:create_app()"
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0
 MIB = 1024 * 1024
+SERVING = re.compile(r"Worker serving \(pid: (\d+)\)")
 
 
 @dataclass(frozen=True)
@@ -168,13 +170,21 @@ class Server:
                 Path(f"/proc/{pid}/clear_refs").write_text("5")
         return self.memory()
 
+    def serving_pids(self) -> set[int]:
+        """The workers that have built the app and accept connections (gunicorn_settings.post_worker_init)."""
+        return {int(found) for line in list(self.stderr) for found in SERVING.findall(line)}
+
     def ready(self) -> bool:
-        """The one readiness rule: /readyz answers 200 and every configured worker is running."""
+        """The one readiness rule: /readyz answers 200 and every configured worker is running and serving.
+
+        A worker counts only once it has built the app: until then it does not accept, so a test that needs
+        both workers would have its connections all taken by the other one."""
         try:
             answered = httpx.get(self.url("/readyz"), timeout=2).status_code == 200
         except httpx.TransportError:
             return False
-        return answered and len(self.worker_pids()) == self.config.workers
+        workers = self.worker_pids()
+        return answered and len(workers) == self.config.workers and workers <= self.serving_pids()
 
     def wait_for(
         self, condition: Callable[[], bool], what: str, timeout: float = START_TIMEOUT_SECONDS
@@ -246,6 +256,8 @@ def start(
     """
     environment = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
     environment.update(env or {})
+    if environment.get("GUNICORN_LOG_LEVEL", "info").lower() not in ("debug", "info"):
+        environment["GUNICORN_LOG_LEVEL"] = "info"  # readiness reads each worker's "Worker serving" line
     if workers is not None:
         environment["WEB_CONCURRENCY"] = str(workers)
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH")]))
@@ -281,7 +293,7 @@ def start(
         listener.close()  # gunicorn holds its own copy of the descriptor
     server = Server(process, port, config, metrics_dir, own_metrics_dir=own_metrics_dir)
     try:
-        server.wait_for(server.ready, f"/readyz and {config.workers} workers", timeout)
+        server.wait_for(server.ready, f"/readyz and {config.workers} workers serving", timeout)
     except BaseException:
         server.terminate()
         raise

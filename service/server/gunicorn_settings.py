@@ -103,6 +103,12 @@ def child_exit(server: Any, worker: Any) -> None:
     multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
+def post_worker_init(worker: Any) -> None:
+    """Say when a worker can serve: gunicorn's "Booting worker" comes before the app is imported and built,
+    which can take seconds on a loaded machine, while the worker does not yet accept."""
+    worker.log.info("Worker serving (pid: %s)", worker.pid)
+
+
 def on_exit(server: Any) -> None:
     """Remove the metrics directory this config made for itself (a given one is left for the operator)."""
     if _created_metrics_dir:

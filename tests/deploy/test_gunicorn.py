@@ -61,6 +61,11 @@ def _access_lines(server: Server) -> list[dict[str, object]]:
     return [json.loads(line) for line in list(server.stdout) if line.startswith("{")]
 
 
+def _served(server: Server, ids: list[str]) -> dict[object, object]:
+    """Request id → the pid whose access-log line names it, for the ``ids`` logged so far."""
+    return {line["request_id"]: line["pid"] for line in _access_lines(server) if line["request_id"] in ids}
+
+
 @pytest.mark.parametrize("path", ["/livez", "/readyz", "/healthz"])
 def test_probes(server: Server, path: str) -> None:
     response = httpx.get(server.url(path))
@@ -124,7 +129,8 @@ def test_metrics_count_requests_across_both_workers(sync_server: Server) -> None
     # four held requests at once on two single-threaded workers: both workers must take some
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert list(pool.map(call, ids)) == [200] * 4
-    served_by = {line["pid"] for line in _access_lines(server) if line["request_id"] in ids}
+    server.wait_for(lambda: len(_served(server, ids)) == 4, "the four access-log lines")
+    served_by = set(_served(server, ids).values())
     assert len(served_by) == 2
     assert served_by <= server.worker_pids()
     assert _requests_total(server, "/v1/softmax", "200") - before == 4

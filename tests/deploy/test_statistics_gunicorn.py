@@ -51,8 +51,13 @@ def test_tritonclient_reads_every_workers_statistics(server: Server) -> None:
 
     with ThreadPoolExecutor(max_workers=HELD) as pool:
         assert list(pool.map(call, ids)) == [200] * HELD
-    lines = [json.loads(line) for line in list(server.stdout) if line.startswith("{")]
-    assert len({line["pid"] for line in lines if line.get("request_id") in ids}) == 2
+
+    def served() -> dict[str, int]:  # request id → the pid that logged it
+        lines = [json.loads(line) for line in list(server.stdout) if line.startswith("{")]
+        return {line["request_id"]: line["pid"] for line in lines if line.get("request_id") in ids}
+
+    server.wait_for(lambda: len(served()) == HELD, "the held requests' access-log lines")
+    assert len(set(served().values())) == 2
 
     client = tritonclient_http.InferenceServerClient(url=server.url("").removeprefix("http://").rstrip("/"))
     try:
