@@ -3,10 +3,10 @@
 Every scenario runs against its own server, started the default way (deploy/launch.py: gunicorn_settings.py
 under the attack's address-space limit), on 127.0.0.1, and every loop in it is bounded in count and time:
 
-- **heavy**: per endpoint, two concurrent worst-case requests (bench/worst_cases.py once it exists, else
-  the issue's multi-head body and an 8192 × 8192 attention) while 6 bystanders send the worked example on
-  kept-alive connections and ``/livez`` is probed. Pass: every bystander answer a 200 (or a 503 with
-  ``Retry-After``) within 5 s, every ``/livez`` within 1 s, no 500, no reset, no worker killed.
+- **heavy**: per endpoint, two concurrent worst-case requests (bench/worst_cases.py) while 6 bystanders
+  send the worked example on kept-alive connections and ``/livez`` is probed. Pass: every bystander answer
+  a 200 (or a 503 with ``Retry-After``) within 5 s, every ``/livez`` within 1 s, no 500, no reset, no
+  worker killed.
 - **resend**: two clients re-sending the multi-head body for a while (each sends it again 0.2 s after its
   answer) while ``/livez`` and the worked example are probed on fresh connections; the same bounds.
 - **crowd-lies**: POST heads whose Content-Length is larger than what is sent, held open. Pass: ≥ 90 % of
@@ -25,18 +25,16 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import importlib
 import json
 import math
-import random
 import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
+from bench.worst_cases import worst_case_requests
 from deploy import slow_clients
 from deploy.launch import MIB, Server, memory_of
 
@@ -240,53 +238,12 @@ class Workers:
         return f"{gone} of {len(self.pids)} workers replaced, {timeouts} WORKER TIMEOUT"
 
 
-# --- the heavy bodies --------------------------------------------------------------------------------------
-
-
-def _column(rng: random.Random, n: int) -> list[list[float]]:
-    return [[round(rng.uniform(-1, 1), 2)] for _ in range(n)]
-
-
-def issue_multi_head(n: int = 8192, heads: int = 60) -> dict[str, Any]:
-    """The issue's body: d_model = d_k = d_v = 1, 60 heads, n = 8192, random weights (about 60 KB)."""
-    rng = random.Random(18)
-
-    def row(width: int) -> list[list[float]]:
-        return [[round(rng.uniform(-1, 1), 3) for _ in range(width)]]
-
-    return {
-        "query": _column(rng, n),
-        "w_q": row(heads),
-        "w_k": row(heads),
-        "w_v": row(heads),
-        "w_o": [[round(rng.uniform(-1, 1), 3)] for _ in range(heads)],
-        "num_heads": heads,
-    }
-
-
-def issue_attention(n: int = 8192) -> dict[str, Any]:
-    """n × n scores of width 1, output only: the default output-only work limit exactly (about 180 KB)."""
-    rng = random.Random(19)
-    return {"query": _column(rng, n), "key": _column(rng, n), "value": _column(rng, n), "include": []}
-
-
 def worst_cases(short: bool) -> list[tuple[str, str, bytes]]:
-    """(endpoint, path, body) of the most expensive accepted request per endpoint.
+    """(endpoint, path, body) of the most expensive accepted request per endpoint (bench/worst_cases.py).
 
-    From ``bench.worst_cases.worst_case_requests()`` when that module exists, else the issue's two bodies.
     The short form keeps multi-head attention and attention.
     """
-    try:
-        module = importlib.import_module("bench.worst_cases")
-    except ModuleNotFoundError as error:
-        if error.name != "bench.worst_cases":
-            raise
-        found: dict[str, tuple[str, dict[str, Any]]] = {
-            "multi-head-attention": ("/v1/multi-head-attention", issue_multi_head()),
-            "attention": ("/v1/attention", issue_attention()),
-        }
-    else:
-        found = module.worst_case_requests()
+    found = worst_case_requests()
     cases = [
         (name, path, json.dumps(body, separators=(",", ":")).encode()) for name, (path, body) in found.items()
     ]
