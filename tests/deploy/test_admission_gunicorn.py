@@ -53,8 +53,11 @@ def heavy_server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def patient_server() -> Iterator[Server]:
-    """One worker of 40 connections with the default body deadline (10 s): a lie is not cut short by it."""
-    running = start(env={"GUNICORN_WORKER_CONNECTIONS": str(WORKER_CONNECTIONS)}, workers=1)
+    """One worker of 40 connections whose body deadline (30 s) is far past the probe's wait: a lie is not cut
+    short by it."""
+    running = start(
+        env={"GUNICORN_WORKER_CONNECTIONS": str(WORKER_CONNECTIONS), "BODY_TIMEOUT_SECONDS": "30"}, workers=1
+    )
     yield running
     assert running.terminate() == 0, running.log()
 
@@ -131,8 +134,11 @@ def test_a_body_must_keep_up_with_the_minimum_rate_from_its_first_byte(server: S
 
 def test_a_crowd_of_stalled_bodies_cannot_keep_a_probe_out(patient_server: Server) -> None:
     """60 lying POST heads (Content-Length 1000, one byte sent) against a worker that holds 40, whose body
-    deadline is 10 s: the reads that have waited longest are ended (408) to make room, as idle heads are, so
-    the probe gets in well before the lies' own deadline (the issue's 2,100 lies kept /livez out until it)."""
+    deadline is 30 s: the reads that have waited longest are ended (408) to make room, as idle heads are, so
+    the probe gets in well before the lies' own deadline (the issue's 2,100 lies kept /livez out until it).
+
+    The probe waits behind the 20 lies accepted before it, each freeing its slot after its 408 and the
+    linger (about 3.5 s here); without the eviction it would wait past its 20 s timeout for the deadline."""
     crowd: list[socket.socket] = []
     try:
         for _ in range(CROWD):
@@ -143,7 +149,7 @@ def test_a_crowd_of_stalled_bodies_cannot_keep_a_probe_out(patient_server: Serve
             )
             crowd.append(sock)
         time.sleep(1.5)  # past MIN_IDLE_SECONDS, so the stalled reads are evictable
-        answer = httpx.get(patient_server.url("/livez"), timeout=5)
+        answer = httpx.get(patient_server.url("/livez"), timeout=20)
         assert answer.status_code == 200
     finally:
         for sock in crowd:

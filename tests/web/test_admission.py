@@ -129,11 +129,17 @@ def test_a_request_that_would_wait_longer_than_the_queue_allows_is_refused_at_on
 def test_a_full_queue_is_refused_at_once_and_the_queue_drains_in_order() -> None:
     admission = Admission(limits(compute_queue_length=1, compute_queue_seconds=10.0))
     blocker = Blocker()
-    order: list[str] = []
+    ran: list[str] = []  # in the order the computations finished, each while it still held the slot
+    answers: dict[str, str] = {}
 
     def run(name: str, compute: Any) -> None:
-        order.append(
-            admission.run(compute, cpu_seconds=0.0, memory_bytes=0, reservation=Reservation(admission))
+        def recorded() -> str:
+            answer: str = compute()
+            ran.append(name)
+            return answer
+
+        answers[name] = admission.run(
+            recorded, cpu_seconds=0.0, memory_bytes=0, reservation=Reservation(admission)
         )
 
     first = threading.Thread(target=run, args=("first", blocker))
@@ -153,7 +159,8 @@ def test_a_full_queue_is_refused_at_once_and_the_queue_drains_in_order() -> None
     blocker.release.set()
     first.join(10)
     second.join(10)
-    assert order == ["done", "second"]
+    assert ran == ["first", "second"]
+    assert answers == {"first": "done", "second": "second"}
     assert admission.busy_slots == 0
     assert admission.has_free_slot()
 
