@@ -29,6 +29,7 @@ from tests.layer_references import (
     reference_multi_head,
     reference_sinusoidal,
 )
+from tests.sockets import refusing_url
 from tests.tolerance import FLOAT64_RTOL
 
 T = TypeVar("T")
@@ -194,15 +195,14 @@ def test_metadata_of_an_unknown_model_is_the_service_s_404(service: Client) -> N
 # --- no answer ---
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port  # closed again: a connection is refused
+@pytest.fixture
+def refused_url() -> Iterator[str]:
+    with refusing_url() as url:
+        yield url
 
 
-def test_a_refused_connection_is_connection_failed_sync_and_async() -> None:
-    url = f"http://127.0.0.1:{_closed_port()}"
+def test_a_refused_connection_is_connection_failed_sync_and_async(refused_url: str) -> None:
+    url = refused_url
     with Client(url, timeout=CALL_TIMEOUT, retries=0) as client, pytest.raises(ConnectionFailed) as failed:
         client.softmax([1.0, 2.0])
     assert isinstance(failed.value.__cause__, httpx.ConnectError)

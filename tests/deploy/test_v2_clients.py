@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from deploy.launch import Server, start
+from tests.sockets import refusing_url
 
 tritonclient_http = pytest.importorskip("tritonclient.http")
 from attention_client import ApiError, AsyncClient, Client, ConnectionFailed  # noqa: E402
@@ -272,23 +273,9 @@ def test_the_python_client_raises_api_error_naming_the_field(server: Server) -> 
 def test_a_refused_connection_raises_connection_failed_with_httpx_s_error_chained() -> None:
     # (after the transport's retries: an answer from the service is never retried, a failed connect is)
     with (
-        socket_that_refuses() as url,
+        refusing_url() as url,
         Client(url, retries=1, timeout=2) as service,
         pytest.raises(ConnectionFailed) as failed,
     ):
         service.softmax([1.0, 2.0])
     assert isinstance(failed.value.__cause__, httpx.ConnectError)
-
-
-class socket_that_refuses:
-    """A loopback URL whose port nothing listens on (bound, never listening: connections are refused)."""
-
-    def __enter__(self) -> str:
-        import socket
-
-        self._socket = socket.socket()
-        self._socket.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{self._socket.getsockname()[1]}"
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._socket.close()
