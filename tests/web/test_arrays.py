@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from marshmallow import Schema, ValidationError
 
+from service.protocols.declarations import arrays as arrays_module
 from service.protocols.declarations.arrays import Array, array_json_schema
 
 
@@ -103,3 +104,73 @@ def test_a_field_that_allows_rank_0_takes_a_scalar_and_refuses_others_with_a_mes
         with pytest.raises(ValidationError) as caught:
             Scalars().load({"slopes": bad})
         assert says in str(caught.value.messages)
+
+
+# --- Large arrays: scanned and converted a block at a time -------------------------------------------------
+
+
+@pytest.fixture
+def blocks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks of 4 elements, so that small values take the path of large ones (65,536 elements a block)."""
+    monkeypatch.setattr(arrays_module, "BLOCK_ELEMENTS", 4)
+
+
+@pytest.mark.usefixtures("blocks_of_4")
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7]], "ragged"),  # the short row in the last block
+        ("numbers", [[1, 2], [3, 4], [5], [6]], "ragged"),  # a whole block of shorter rows (would broadcast)
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7, 8], [9]], "ragged"),
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7, 8, 9]], "ragged"),  # a longer one
+        ("numbers", [[1, 2], [3, 4], [5, 6], 7], "ragged"),
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7, [8]]], "ragged"),
+        ("numbers", [[1, 2, 3, 4, 5], [1, 2, 3, 4]], "ragged"),  # rows larger than a block, one short
+        ("numbers", [[[1, 2, 3], [4, 5, 6]], [[1, 2, 3], [4, 5]]], "ragged"),
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7, "8"]], "string"),  # in the last block of the scan
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7, None]], "null"),
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7, float("nan")]], "non-finite"),
+        ("numbers", [[1, 2], [3, 4], [5, 6], [7, 10**400]], "out of range"),
+        ("integers", [1, 2, 3, 4, 5, 2**64], "out of range"),
+        ("integers", [1, 2, 3, 4, 5, 6.5], "fractional"),
+        ("flags", [True, False, True, False, 1], "booleans"),
+        ("flags", [[True, False], [True, False], [True, False], [True]], "ragged"),
+    ],
+)
+def test_rejections_in_blocks_name_the_problem(field: str, value: object, says: str) -> None:
+    errors = messages(**{field: value})
+    assert list(errors) == [field]
+    assert says in errors[field][0]
+
+
+@pytest.mark.usefixtures("blocks_of_4")
+@pytest.mark.parametrize(
+    "shape",
+    [(9, 1), (9, 2), (2, 9), (1, 9), (3, 5), (3, 2, 2), (2, 3, 5), (5, 1, 1), (1, 1, 9), (4, 1)],
+)
+def test_values_in_blocks_convert_exactly_as_one_call(shape: tuple[int, ...]) -> None:
+    values = np.random.default_rng(sum(shape)).normal(size=shape)
+    loaded = Arrays().load({"numbers": values.tolist()})["numbers"]
+    assert loaded.dtype == np.float64
+    np.testing.assert_array_equal(loaded, np.asarray(values.tolist(), dtype=np.float64))
+    flat = list(range(-4, 7))
+    np.testing.assert_array_equal(Arrays().load({"integers": flat})["integers"], np.array(flat, np.int64))
+
+
+@pytest.mark.usefixtures("blocks_of_4")
+def test_no_conversion_call_takes_more_than_a_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes: list[int] = []
+    asarray = np.asarray
+
+    def counting(value: object, *args: object, **kwargs: object) -> np.ndarray:
+        array = asarray(value, *args, **kwargs)  # type: ignore[call-overload]
+        sizes.append(array.size)
+        return array
+
+    monkeypatch.setattr(arrays_module.np, "asarray", counting)
+    values = np.arange(2 * 3 * 5, dtype=np.float64).reshape(2, 3, 5)
+    np.testing.assert_array_equal(Arrays().load({"numbers": values.tolist()})["numbers"], values)
+    assert sizes == [4, 1] * 6  # entries of 15 and rows of 5 are larger than a block: row by row, in blocks
+    sizes.clear()
+    Arrays().load({"numbers": np.ones((10, 2)).tolist()})
+    assert sizes == [4, 4, 4, 4, 4]  # two rows of 2 per call

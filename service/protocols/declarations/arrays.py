@@ -2,13 +2,17 @@
 
 marshmallow's ``List(List(Float()))`` validates element by element in Python, about 30 times slower
 than this for a 128×64 matrix. Here the element types are collected with C-level iteration
-(``set(map(type, row))``), the conversion is one ``np.asarray`` call, and every rule is checked:
-kind, rank, empty dimensions, raggedness and finiteness.
+(``set(map(type, row))``), the conversion is ``np.asarray``, and every rule is checked: kind, rank, empty
+dimensions, raggedness and finiteness.
+
+Both the type scan and the conversion take at most :data:`BLOCK_ELEMENTS` elements per C call. A large body
+is decoded on a thread beside the gevent worker's loop (service/web/admission.py), and one C call holds the
+interpreter until it returns: ``np.asarray`` of a 16 MiB body's 4.2 million one-element rows took 0.5 s in
+one call, and the loop (probes, other connections) waited for it. A block is a few milliseconds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from itertools import chain
 from typing import Any
 
@@ -24,6 +28,8 @@ _ALLOWED_LEAF_TYPES: dict[ArrayKind, frozenset[type]] = {
     "integer": frozenset({int, float}),  # 3.0 is an integer in JSON Schema; 3.5 is refused below
     "boolean": frozenset({bool}),
 }
+# Elements per C call of the type scan and the conversion (see the module's docstring).
+BLOCK_ELEMENTS = 65_536
 _TYPE_NAMES = {bool: "a boolean", str: "a string", type(None): "null", dict: "an object", list: "an array"}
 
 
@@ -85,7 +91,7 @@ class Array(fields.Field[np.ndarray]):
         if self.kind == "integer" and float in leaf_types:
             dtype = np.float64  # checked for fractions and range in _to_integers
         try:
-            array = np.asarray(value, dtype=dtype)
+            array = _as_array(value, dtype)
         except ValueError:
             raise ValidationError(f"must be a rectangular array{self._shape_note()}: it is ragged.") from None
         except OverflowError:
@@ -133,14 +139,53 @@ def _leaf_types(value: list[Any], rank: int) -> set[type]:
     """The Python types found at depth ``rank``; ``list`` among them marks a deeper, ragged branch."""
     if rank == 0:  # a scalar, where a field allows one (e.g. one ALiBi slope for every head)
         return {type(value)}
-    level: Iterable[Any] = value
+    items = value
     for _ in range(rank - 1):
-        items = list(level)
-        types = set(map(type, items))
+        types = _types_of(items)
         if types != {list}:
             return types | {list}  # a number or other value where a row was expected: ragged
-        level = chain.from_iterable(items)
-    return set(map(type, level))
+        items = list(chain.from_iterable(items))  # the next level (copying pointers: fast in one call)
+    return _types_of(items)
+
+
+def _types_of(items: list[Any]) -> set[type]:
+    """``set(map(type, items))``, :data:`BLOCK_ELEMENTS` items per call."""
+    if len(items) <= BLOCK_ELEMENTS:
+        return set(map(type, items))
+    types: set[type] = set()
+    for start in range(0, len(items), BLOCK_ELEMENTS):
+        types.update(map(type, items[start : start + BLOCK_ELEMENTS]))
+    return types
+
+
+def _as_array(value: Any, dtype: type[np.generic]) -> np.ndarray:
+    """``np.asarray(value, dtype=dtype)`` of nested lists whose leaves are numbers or booleans, about
+    :data:`BLOCK_ELEMENTS` elements per call: a block of leading entries at a time, or entry by entry
+    (recursively) when one entry is larger. ValueError when ragged, as ``np.asarray``."""
+    if not isinstance(value, list) or not value:  # a scalar, where a field allows one
+        return np.asarray(value, dtype=dtype)
+    entry_elements = 1
+    probe = value[0]
+    while isinstance(probe, list) and probe:
+        entry_elements *= len(probe)
+        probe = probe[0]
+    if len(value) * entry_elements <= BLOCK_ELEMENTS:
+        return np.asarray(value, dtype=dtype)
+    step = BLOCK_ELEMENTS // entry_elements
+    if step:
+        parts = (np.asarray(value[start : start + step], dtype=dtype) for start in range(0, len(value), step))
+    else:
+        parts = (_as_array(entry, dtype)[np.newaxis] for entry in value)
+    first = next(parts)
+    array = np.empty((len(value), *first.shape[1:]), dtype=dtype)
+    array[: len(first)] = first
+    start = len(first)
+    for part in parts:
+        if part.shape[1:] != first.shape[1:]:
+            raise ValueError("the entries' shapes differ: a ragged array")
+        array[start : start + len(part)] = part
+        start += len(part)
+    return array
 
 
 def _to_integers(array: np.ndarray) -> np.ndarray:
