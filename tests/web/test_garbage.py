@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Iterator
 
 import orjson
 import pytest
+from flask.testing import FlaskClient
 
-from service.web.admission import DECODE_ON_THREAD_BYTES, decode_off_the_loop
+import service.protocols.declarations.likelihood as likelihood_module
+import service.protocols.v2.views as v2_views
+from service.requests import Work
+from service.web.admission import DECODE_ON_THREAD_BYTES, answered, decode_off_the_loop
 from service.web.garbage import collection_paused
 
 
@@ -46,12 +51,110 @@ def test_nested_blocks_leave_the_collector_on() -> None:
     assert gc.isenabled()
 
 
+def test_overlapping_blocks_turn_it_on_when_the_last_ends() -> None:
+    """As a decoding thread and a compute thread do: the first to end must not turn it on under the other."""
+    decoding, building = collection_paused(), collection_paused()
+    decoding.__enter__()
+    building.__enter__()
+    decoding.__exit__(None, None, None)
+    assert not gc.isenabled()
+    building.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+class _Kernel:
+    def work(self) -> Work:
+        raise NotImplementedError  # not asked for here
+
+    def run(self) -> str:
+        return f"ran with the collector {'on' if gc.isenabled() else 'off'}"
+
+
+def test_an_answer_is_built_with_the_collector_paused() -> None:
+    def answer(result: str) -> tuple[str, bool]:
+        return result, gc.isenabled()
+
+    assert answered(_Kernel(), answer).run() == ("ran with the collector on", False)
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize(
+    ("protocol", "module", "builder"),
+    [("v1", likelihood_module, "_top_logprobs"), ("v2", v2_views, "encode_outputs")],
+)
+def test_a_served_answer_is_built_with_the_collector_paused(
+    client: FlaskClient, monkeypatch: pytest.MonkeyPatch, protocol: str, module: object, builder: str
+) -> None:
+    """Through the view, admission and the request's timeline, which takes the kernel and the answer apart."""
+    collector_on: list[bool] = []
+    build = getattr(module, builder)
+
+    def recording(*args: object) -> object:
+        collector_on.append(gc.isenabled())
+        return build(*args)
+
+    monkeypatch.setattr(module, builder, recording)
+    logits, targets = [[2.0, 0.5, -1.0], [0.1, 1.5, 0.3]], [0, 1]
+    if protocol == "v1":
+        body: dict[str, object] = {"logits": logits, "targets": targets, "top_logprobs": 1}
+        answer = client.post("/v1/log-likelihood", json=body)
+    else:
+        inputs = [
+            {"name": "logits", "shape": [2, 3], "datatype": "FP64", "data": logits},
+            {"name": "targets", "shape": [2], "datatype": "INT64", "data": targets},
+        ]
+        answer = client.post("/v2/models/log-likelihood/infer", json={"inputs": inputs})
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert collector_on == [False]
+    assert gc.isenabled()
+
+
 def test_a_large_body_is_decoded_with_the_collector_paused() -> None:
     assert decode_off_the_loop(gc.isenabled, body_bytes=DECODE_ON_THREAD_BYTES + 1) is False
     assert gc.isenabled()
     with pytest.raises(orjson.JSONDecodeError):
         decode_off_the_loop(lambda: orjson.loads(b"[0,"), body_bytes=DECODE_ON_THREAD_BYTES + 1)
     assert gc.isenabled()
+
+
+class _Document:
+    """Stands for a parsed body (which is lists and dicts, which take no weak references)."""
+
+
+def test_a_failed_decoding_frees_its_document_before_the_collector_is_back() -> None:
+    """An error's traceback holds its frames and their locals: the document would outlive the pause."""
+    alive: list[weakref.ref[_Document]] = []
+
+    def decode() -> None:
+        document = _Document()
+        alive.append(weakref.ref(document))
+        raise ValueError("the schema refused it")
+
+    with pytest.raises(ValueError, match="refused") as refused:
+        decode_off_the_loop(decode, body_bytes=DECODE_ON_THREAD_BYTES + 1)
+    assert alive[0]() is None
+    assert "the schema refused it" in str(refused.value)  # the error itself is intact
+
+
+def test_a_failed_decoding_frees_its_document_held_by_an_error_it_was_raised_from() -> None:
+    """The schema catches one error and raises another: the first's frames hold the document too."""
+    alive: list[weakref.ref[_Document]] = []
+
+    def parse() -> None:
+        document = _Document()
+        alive.append(weakref.ref(document))
+        raise KeyError("inner")
+
+    def decode() -> None:
+        try:
+            parse()
+        except KeyError as error:
+            raise ValueError("the schema refused it") from error
+
+    with pytest.raises(ValueError, match="refused") as refused:
+        decode_off_the_loop(decode, body_bytes=DECODE_ON_THREAD_BYTES + 1)
+    assert isinstance(refused.value.__cause__, KeyError)  # held here, with its traceback
+    assert alive[0]() is None
 
 
 def test_a_small_body_is_decoded_with_the_collector_as_it_is() -> None:
