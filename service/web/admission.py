@@ -187,7 +187,13 @@ class _Outcome(Generic[T]):
         value, error = self._value, self._error
         self._value = self._error = None
         if error is not None:
-            raise error
+            try:
+                raise error
+            finally:
+                # The raised error's traceback holds this frame: with ``error`` still in it, the two formed a
+                # reference cycle, and with them a large body's parsed document (marshmallow's error holds
+                # it) waited for a full garbage collection: 1.5 s with the loop waiting, for 16 MiB of [].
+                del error
         return value  # type: ignore[return-value]  # None only when T admits it
 
 

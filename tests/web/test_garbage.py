@@ -6,12 +6,17 @@ import gc
 import weakref
 from collections.abc import Iterator
 
+import marshmallow as ma
 import orjson
 import pytest
+from flask import Flask
 from flask.testing import FlaskClient
 
 import service.protocols.declarations.likelihood as likelihood_module
 import service.protocols.v2.views as v2_views
+import service.web.admission as admission_module
+from service.protocols.declarations.model import declared_models
+from service.protocols.v1 import parsing
 from service.requests import Work
 from service.web.admission import DECODE_ON_THREAD_BYTES, answered, decode_off_the_loop
 from service.web.garbage import collection_paused
@@ -155,6 +160,51 @@ def test_a_failed_decoding_frees_its_document_held_by_an_error_it_was_raised_fro
         decode_off_the_loop(decode, body_bytes=DECODE_ON_THREAD_BYTES + 1)
     assert isinstance(refused.value.__cause__, KeyError)  # held here, with its traceback
     assert alive[0]() is None
+
+
+def _empty_lists() -> int:
+    return sum(1 for item in gc.get_objects() if type(item) is list and not item)
+
+
+class _Refusal(ValueError):
+    def __init__(self, document: _Document) -> None:
+        super().__init__("refused")
+        self.document = document
+
+
+def test_an_error_handed_back_from_a_thread_is_in_no_reference_cycle() -> None:
+    """unwrap() raises the thread's error: kept in its frame, the error and the frame its traceback holds
+    formed a cycle, and what the error held (a parsed body) waited for a full garbage collection."""
+    document = _Document()
+    alive = weakref.ref(document)
+    outcome = admission_module._Outcome[None](error=_Refusal(document))
+    del document
+    gc.disable()  # what is not freed by reference counting stays
+    try:
+        with pytest.raises(_Refusal):
+            outcome.unwrap()
+        assert alive() is None
+    finally:
+        gc.enable()
+
+
+def test_a_refusal_of_the_schema_lets_go_of_the_large_body_as_its_decoding_ends(app: Flask) -> None:
+    """marshmallow's error holds the parsed body (``data``); the /v1 decoding drops it before the collector's
+    pause ends, so the body is not alive when the next collections run."""
+    rows = DECODE_ON_THREAD_BYTES // 3 + 1
+    body = b'{"logits":[' + b",".join([b"[]"] * rows) + b"]}"
+    schema = declared_models()["softmax"].request_schema
+    gc.collect()
+    gc.disable()
+    try:
+        before = _empty_lists()
+        with app.app_context(), pytest.raises(ma.ValidationError) as refused:
+            decode_off_the_loop(lambda: parsing._load(body, schema), body_bytes=len(body))
+        assert "logits" in refused.value.messages
+        left = _empty_lists() - before  # with the error still held
+    finally:
+        gc.enable()
+    assert left < rows // 100
 
 
 def test_a_small_body_is_decoded_with_the_collector_as_it_is() -> None:
