@@ -239,7 +239,8 @@ class Workers:
 
 
 def worst_cases(short: bool) -> list[tuple[str, str, bytes]]:
-    """(endpoint, path, body) of the most expensive accepted request per endpoint (bench/worst_cases.py).
+    """(endpoint, path, body) of the most expensive accepted request per endpoint (bench/worst_cases.py),
+    then, in the full form, the bodies that cost most to parse (:func:`parse_heavy_bodies`).
 
     The short form keeps multi-head attention and attention.
     """
@@ -250,7 +251,24 @@ def worst_cases(short: bool) -> list[tuple[str, str, bytes]]:
     if short:
         cases = [case for case in cases if case[1] in SHORT_ENDPOINTS]
     # multi-head first: it is the finding
-    return sorted(cases, key=lambda case: case[1] != SHORT_ENDPOINTS[0])
+    cases.sort(key=lambda case: case[1] != SHORT_ENDPOINTS[0])
+    return cases if short else cases + parse_heavy_bodies()
+
+
+def parse_heavy_bodies(body_bytes: int = 16 * MIB - 64) -> list[tuple[str, str, bytes]]:
+    """Bodies just under the body limit whose parsing makes the most Python objects per byte: one container
+    per 3 or 4 bytes (refused after parsing: 413 for the answer's size, 422 for the empty rows). Their
+    parse once held the interpreter for seconds (the loop waiting): see service/web/garbage.py."""
+    rows = b"[0]"
+    empties = b"[]"
+    return [
+        ("parse: one-element rows", "/v1/softmax", _logits_of(rows, body_bytes)),
+        ("parse: empty rows", "/v1/softmax", _logits_of(empties, body_bytes)),
+    ]
+
+
+def _logits_of(row: bytes, body_bytes: int) -> bytes:
+    return b'{"logits":[' + b",".join([row] * (body_bytes // (len(row) + 1))) + b"]}"
 
 
 # --- heavy -------------------------------------------------------------------------------------------------

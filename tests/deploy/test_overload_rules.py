@@ -126,3 +126,16 @@ def test_a_crowd_opens_connections_and_sends_the_lying_head() -> None:
     head, _, body = overload.LYING_HEAD.partition(b"\r\n\r\n")
     assert b"Content-Length: 1000" in head
     assert len(body) < 1000
+
+
+def test_the_parse_heavy_bodies_are_rows_of_containers_just_under_the_body_limit() -> None:
+    cases = overload.parse_heavy_bodies()
+    assert [path for _, path, _ in cases] == ["/v1/softmax", "/v1/softmax"]
+    rows = [json.loads(body)["logits"] for _, _, body in cases]
+    assert rows[0][:2] == [[0], [0]]
+    assert rows[1][:2] == [[], []]
+    for (_, _, body), logits, per_row in zip(cases, rows, (4, 3), strict=True):
+        assert 16 * 1024 * 1024 - 128 < len(body) <= 16 * 1024 * 1024  # MAX_BODY_BYTES' default
+        assert len(logits) == (16 * 1024 * 1024 - 64) // per_row
+    assert [name for name, _, _ in overload.worst_cases(short=False)][-2:] == [name for name, _, _ in cases]
+    assert not any(name.startswith("parse") for name, _, _ in overload.worst_cases(short=True))
