@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 import weakref
 from collections.abc import Iterator
 
@@ -232,5 +233,9 @@ def test_parsing_many_rows_starts_no_collection_while_paused() -> None:
         assert started == []
     finally:
         gc.callbacks.remove(count)
-    # a generation-0 collection per gc.get_threshold()[0] new containers (700 on 3.11 and 3.12, 2,000 on 3.13)
-    assert without_pause >= rows // gc.get_threshold()[0] // 2
+    if sys.version_info >= (3, 12):
+        # 3.12 and later collect at the interpreter's next check, after the one parse call: at most once
+        assert without_pause >= 1
+    else:
+        # 3.11 collects inside the call, once per gc.get_threshold()[0] (700) new containers
+        assert without_pause >= rows // gc.get_threshold()[0] // 2
