@@ -175,6 +175,19 @@ class Reservation:
             self.held_bytes = self.upload_bytes = 0
 
 
+def _clear_frames(error: BaseException) -> None:
+    """Clear the local variables of the finished frames in ``error``'s traceback and in those of the errors
+    it was raised from or while handling (``__cause__``, ``__context__``)."""
+    pending, seen = [error], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending.extend(chained for chained in (current.__cause__, current.__context__) if chained is not None)
+
+
 class _Outcome(Generic[T]):
     """What a function run on a thread gave: its value, or the exception it raised; handed over once."""
 
@@ -216,8 +229,7 @@ class _Job(Generic[T]):
         try:
             return _Outcome(value=function())
         except Exception as error:
-            if error.__traceback__ is not None:
-                traceback.clear_frames(error.__traceback__)  # keep the trace, drop the frames' locals
+            _clear_frames(error)  # keep the trace, drop the frames' locals
             return _Outcome(error=error)
         finally:
             del function
@@ -558,19 +570,6 @@ def decode_off_the_loop(decode: Callable[[], T], *, body_bytes: int) -> T:
     if reservation is None or not under_gevent():
         return decode_large()
     return reservation.admission.on_decode_thread(decode_large)
-
-
-def _clear_frames(error: BaseException) -> None:
-    """Clear the local variables of the finished frames in ``error``'s traceback and in those of the errors
-    it was raised from or while handling (``__cause__``, ``__context__``)."""
-    pending, seen = [error], set()
-    while pending:
-        current = pending.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        pending.extend(chained for chained in (current.__cause__, current.__context__) if chained is not None)
 
 
 def _decode_uncollected(decode: Callable[[], T]) -> T:

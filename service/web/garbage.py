@@ -2,9 +2,11 @@
 
 Parsing JSON makes one container per array: a 16 MiB body of ``[0],`` rows is 4.2 million lists. Every few
 hundred new containers start a collection, and the older generations' collections traverse every container
-made so far, all inside the one ``orjson.loads`` call, which holds the interpreter: that body took 1.5 s to
-parse with the collector and 0.31 s without it (5.6 million ``[]``: 2.0 s against 0.27 s), and the worker's
-event loop (probes, other connections) could not run meanwhile. Building a log-likelihood's 524,288 rows of
+made so far, all inside the one ``orjson.loads`` call, which holds the interpreter: on Python 3.11 (the
+image's) that body took 1.5 s to parse with the collector and 0.31 s without it (5.6 million ``[]``: 2.0 s
+against 0.27 s), and the worker's event loop (probes, other connections) could not run meanwhile. (From 3.12
+collections wait for the interpreter's next check after the call, yet the same parse took 0.58 s against
+0.34 s on 3.13.) Building a log-likelihood's 524,288 rows of
 top log-probabilities as lists of dicts is the same: 1.11 s with the collector (its longest single collection
 0.16 s, longer when another request's document is alive) against 0.34 s. Neither a parsed document nor an
 answer holds reference cycles, so the collector has nothing to find in them; reference counting still frees

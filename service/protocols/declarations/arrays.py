@@ -13,7 +13,8 @@ one call, and the loop (probes, other connections) waited for it. A block is a f
 
 from __future__ import annotations
 
-from itertools import chain
+from collections.abc import Iterable
+from itertools import chain, islice
 from typing import Any
 
 import numpy as np
@@ -139,22 +140,26 @@ def _leaf_types(value: list[Any], rank: int) -> set[type]:
     """The Python types found at depth ``rank``; ``list`` among them marks a deeper, ragged branch."""
     if rank == 0:  # a scalar, where a field allows one (e.g. one ALiBi slope for every head)
         return {type(value)}
-    items = value
-    for _ in range(rank - 1):
+    items: Iterable[Any] = value
+    for depth in range(1, rank):
         types = _types_of(items)
         if types != {list}:
             return types | {list}  # a number or other value where a row was expected: ragged
-        items = list(chain.from_iterable(items))  # the next level (copying pointers: fast in one call)
+        # A level of rows is read twice (for its types, then for the next level), so it is kept as a list;
+        # the leaves are read once and not copied.
+        next_level = chain.from_iterable(items)
+        items = next_level if depth == rank - 1 else list(next_level)
     return _types_of(items)
 
 
-def _types_of(items: list[Any]) -> set[type]:
+def _types_of(items: Iterable[Any]) -> set[type]:
     """``set(map(type, items))``, :data:`BLOCK_ELEMENTS` items per call."""
-    if len(items) <= BLOCK_ELEMENTS:
+    if isinstance(items, list) and len(items) <= BLOCK_ELEMENTS:
         return set(map(type, items))
     types: set[type] = set()
-    for start in range(0, len(items), BLOCK_ELEMENTS):
-        types.update(map(type, items[start : start + BLOCK_ELEMENTS]))
+    remaining = iter(items)
+    while block := list(islice(remaining, BLOCK_ELEMENTS)):
+        types.update(map(type, block))
     return types
 
 
