@@ -131,6 +131,10 @@ def blocks_of_4(monkeypatch: pytest.MonkeyPatch) -> None:
         ("numbers", [[1, 2], [3, 4], [5, 6], [7, None]], "null"),
         ("numbers", [[1, 2], [3, 4], [5, 6], [7, float("nan")]], "non-finite"),
         ("numbers", [[1, 2], [3, 4], [5, 6], [7, 10**400]], "out of range"),
+        # raggedness is reported first, as by one np.asarray call, wherever the number out of range is
+        ("numbers", [[10**400, 2], [3, 4], [5, 6], [7]], "ragged"),
+        ("numbers", [[[10**400, 2], [3, 4]], [[5, 6], [7, 8]], [[1, 2], [3]]], "ragged"),
+        ("integers", [[2**64, 1], [1, 2], [3, 4], [5]], "ragged"),
         ("integers", [1, 2, 3, 4, 5, 2**64], "out of range"),
         ("integers", [1, 2, 3, 4, 5, 6.5], "fractional"),
         ("flags", [True, False, True, False, 1], "booleans"),

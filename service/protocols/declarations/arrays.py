@@ -5,7 +5,7 @@ than this for a 128×64 matrix. Here the element types are collected with C-leve
 (``set(map(type, row))``), the conversion is ``np.asarray``, and every rule is checked: kind, rank, empty
 dimensions, raggedness and finiteness.
 
-Both the type scan and the conversion take at most :data:`BLOCK_ELEMENTS` elements per C call. A large body
+The scan and the conversion take at most :data:`BLOCK_ELEMENTS` elements per C call. A large body
 is decoded on a thread beside the gevent worker's loop (service/web/admission.py), and one C call holds the
 interpreter until it returns: ``np.asarray`` of a 16 MiB body's 4.2 million one-element rows took 0.5 s in
 one call, and the loop (probes, other connections) waited for it. A block is a few milliseconds.
@@ -13,15 +13,17 @@ one call, and the loop (probes, other connections) waited for it. A block is a f
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from itertools import chain, islice
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from marshmallow import ValidationError, fields
 
 from service.kernels import all_finite
 from service.requests import MAX_RANK, ArrayKind, ArraySpec
+
+T = TypeVar("T")
 
 _DTYPES: dict[ArrayKind, type[np.generic]] = {"number": np.float64, "integer": np.int64, "boolean": np.bool_}
 _ALLOWED_LEAF_TYPES: dict[ArrayKind, frozenset[type]] = {
@@ -86,7 +88,7 @@ class Array(fields.Field[np.ndarray]):
                 _TYPE_NAMES.get(t, t.__name__) for t in leaf_types - _ALLOWED_LEAF_TYPES[self.kind]
             )
             if list in leaf_types:
-                raise ValidationError(f"must be a rectangular array{self._shape_note()}: it is ragged.")
+                raise self._ragged()
             raise ValidationError(f"must contain only {self._kind_plural()}, found {', '.join(found)}.")
         dtype = _DTYPES[self.kind]
         if self.kind == "integer" and float in leaf_types:
@@ -94,11 +96,15 @@ class Array(fields.Field[np.ndarray]):
         try:
             array = _as_array(value, dtype)
         except ValueError:
-            raise ValidationError(f"must be a rectangular array{self._shape_note()}: it is ragged.") from None
+            raise self._ragged() from None
         except OverflowError:
+            # One np.asarray call reports a ragged array before a number out of range; a conversion in
+            # blocks stops at the first block with such a number, so the later rows are checked here.
+            if _rows_differ(value, rank):
+                raise self._ragged() from None
             raise ValidationError(f"contains a number out of range for {self._kind_plural()}.") from None
         if array.ndim != rank:  # a ragged array whose rows nest to different depths
-            raise ValidationError(f"must be a rectangular array{self._shape_note()}: it is ragged.")
+            raise self._ragged()
         if self.kind != "boolean" and not all_finite(array):
             raise ValidationError(
                 "contains a non-finite number (NaN or Infinity); only finite numbers are allowed."
@@ -129,6 +135,9 @@ class Array(fields.Field[np.ndarray]):
             got = "a scalar" if rank == 0 else f"rank {rank}" + (" or more" if rank > self.max_rank else "")
             raise ValidationError(f"must be an array of {expected}{self._shape_note()}, got {got}.")
 
+    def _ragged(self) -> ValidationError:
+        return ValidationError(f"must be a rectangular array{self._shape_note()}: it is ragged.")
+
     def _kind_plural(self) -> str:
         return {"number": "numbers", "integer": "integers", "boolean": "booleans (true/false)"}[self.kind]
 
@@ -142,25 +151,37 @@ def _leaf_types(value: list[Any], rank: int) -> set[type]:
         return {type(value)}
     items: Iterable[Any] = value
     for depth in range(1, rank):
-        types = _types_of(items)
+        types = _distinct(type, items)
         if types != {list}:
             return types | {list}  # a number or other value where a row was expected: ragged
         # A level of rows is read twice (for its types, then for the next level), so it is kept as a list;
         # the leaves are read once and not copied.
         next_level = chain.from_iterable(items)
         items = next_level if depth == rank - 1 else list(next_level)
-    return _types_of(items)
+    return _distinct(type, items)
 
 
-def _types_of(items: Iterable[Any]) -> set[type]:
-    """``set(map(type, items))``, :data:`BLOCK_ELEMENTS` items per call."""
+def _rows_differ(value: list[Any], rank: int) -> bool:
+    """Whether the rows of some level of ``value`` (rows down to depth ``rank``, as :func:`_leaf_types`
+    found them) differ in length."""
+    rows: list[Any] = value
+    for depth in range(1, rank):
+        if len(_distinct(len, rows)) != 1:
+            return True
+        if depth < rank - 1:
+            rows = list(chain.from_iterable(rows))
+    return False
+
+
+def _distinct(function: Callable[[Any], T], items: Iterable[Any]) -> set[T]:
+    """``set(map(function, items))``, :data:`BLOCK_ELEMENTS` items per call."""
     if isinstance(items, list) and len(items) <= BLOCK_ELEMENTS:
-        return set(map(type, items))
-    types: set[type] = set()
+        return set(map(function, items))
+    found: set[T] = set()
     remaining = iter(items)
     while block := list(islice(remaining, BLOCK_ELEMENTS)):
-        types.update(map(type, block))
-    return types
+        found.update(map(function, block))
+    return found
 
 
 def _as_array(value: Any, dtype: type[np.generic]) -> np.ndarray:
