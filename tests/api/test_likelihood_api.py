@@ -133,19 +133,36 @@ def _top_logprobs_reference(ids: np.ndarray, values: np.ndarray, scored: np.ndar
 
 @pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
 @pytest.mark.parametrize("positions", [1, 3, 7, 8])
+@pytest.mark.parametrize("top", [1, 2, 4, 7])
 def test_top_logprobs_are_written_in_blocks_as_one_list_would_be(
-    monkeypatch: pytest.MonkeyPatch, batch: tuple[int, ...], positions: int
+    monkeypatch: pytest.MonkeyPatch, batch: tuple[int, ...], positions: int, top: int
 ) -> None:
-    """Written a block of positions at a time (3 here, 16,384 served): the same bytes as the whole list."""
+    """Written a block of whole positions at a time, at most 6 entries a block here (65,536 served, or one
+    position when it has more): the same bytes as the whole list."""
     import orjson
 
     from service.protocols.declarations import likelihood
 
-    monkeypatch.setattr(likelihood, "TOP_ROWS_PER_BLOCK", 3)
-    rng = np.random.default_rng(positions + len(batch))
-    ids = rng.integers(0, 50, size=(*batch, positions, 2))
-    values = rng.normal(size=(*batch, positions, 2))
-    values[(..., 0, 1)] = np.nan  # a non-finite log-probability is written as null, as before
+    monkeypatch.setattr(likelihood, "TOP_ENTRIES_PER_BLOCK", 6)
+    blocks: list[list[object]] = []
+    dumps = orjson.dumps
+
+    def recording(rows: list[object]) -> bytes:
+        blocks.append(rows)
+        return dumps(rows)
+
+    monkeypatch.setattr(likelihood.orjson, "dumps", recording)
+    rng = np.random.default_rng(positions + len(batch) + 10 * top)
+    ids = rng.integers(0, 50, size=(*batch, positions, top))
+    values = rng.normal(size=(*batch, positions, top))
+    values[(..., 0, 0)] = np.nan  # a non-finite log-probability is written as null, as before
     scored = rng.random(size=(*batch, positions)) < 0.7
-    written = orjson.dumps(likelihood._top_logprobs(ids, values, scored))
-    assert written == orjson.dumps(_top_logprobs_reference(ids, values, scored))
+    fragment = likelihood._top_logprobs(ids, values, scored)
+    monkeypatch.undo()
+    assert dumps(fragment) == dumps(_top_logprobs_reference(ids, values, scored))
+    per_block = max(1, 6 // top)
+    assert [len(rows) for rows in blocks] == [
+        min(per_block, positions - start)
+        for _ in range(int(np.prod(batch)))
+        for start in range(0, positions, per_block)
+    ]

@@ -109,8 +109,9 @@ class LikelihoodResponseSchema(ResponseSchema):
     )
 
 
-# Positions of top log-probabilities written to JSON per block (see _top_logprobs).
-TOP_ROWS_PER_BLOCK = 16_384
+# Top log-probabilities ({"token", "logprob"} entries) written to JSON per block, in whole positions (at
+# least one a block): see _top_logprobs.
+TOP_ENTRIES_PER_BLOCK = 65_536
 
 
 def likelihood_response(result: LikelihoodResult, request: LikelihoodRequest) -> dict[str, Any]:
@@ -135,10 +136,11 @@ def _top_logprobs(ids: np.ndarray, values: np.ndarray, scored: np.ndarray) -> or
     """The top log-probabilities as JSON already written: per position a list of ``{"token", "logprob"}``
     (``null`` where not scored), nested as the batch.
 
-    Written a block of :data:`TOP_ROWS_PER_BLOCK` positions at a time rather than built whole as Python
-    lists and dicts: the worst case's 524,288 positions were a million containers, twice the memory of their
-    JSON, held until the answer had been written, and the garbage collector traversed them all (one
-    collection took 1.8 s while the worker's loop waited for the interpreter).
+    Written a block of positions at a time (:data:`TOP_ENTRIES_PER_BLOCK` entries, 3,276 positions of 20)
+    rather than built whole as Python lists and dicts: the worst case's 524,288 positions were a million
+    containers, twice the memory of their JSON, held until the answer had been written, and the garbage
+    collector traversed them all (one collection took 1.8 s while the worker's loop waited for the
+    interpreter).
     """
     return orjson.Fragment(b"".join(_top_logprobs_json(ids, values, scored)))
 
@@ -152,8 +154,9 @@ def _top_logprobs_json(ids: np.ndarray, values: np.ndarray, scored: np.ndarray) 
         yield b"]"
         return
     yield b"["
-    for start in range(0, len(scored), TOP_ROWS_PER_BLOCK):
-        block = slice(start, start + TOP_ROWS_PER_BLOCK)
+    positions_per_block = max(1, TOP_ENTRIES_PER_BLOCK // max(1, ids.shape[-1]))
+    for start in range(0, len(scored), positions_per_block):
+        block = slice(start, start + positions_per_block)
         rows = [
             [{"token": token, "logprob": logprob} for token, logprob in zip(row_ids, row_values, strict=True)]
             if is_scored
