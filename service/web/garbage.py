@@ -11,21 +11,35 @@ top log-probabilities as lists of dicts is the same: 1.11 s with the collector (
 0.16 s, longer when another request's document is alive) against 0.34 s. Neither a parsed document nor an
 answer holds reference cycles, so the collector has nothing to find in them; reference counting still frees
 everything they make.
+
+A pause is bounded: blocks that start once the collector has been paused for :data:`MAX_PAUSE_SECONDS` do
+not extend it, so a stream of overlapping large bodies cannot keep the collector off (and cycles made
+meanwhile by other requests uncollected) for longer than that plus the longest block.
 """
 
 from __future__ import annotations
 
 import gc
+import time
 
-# One token per block in progress, on any thread (list.append and list.remove are atomic under the
-# interpreter lock): the collector comes back on when the last block ends, not the first.
-_in_progress: list[object] = []
+from gevent.monkey import get_original
+
+# Blocks start and end on the worker's loop and on real threads (decoding, compute) alike, so their count
+# is kept under the interpreter's own lock, not the gevent lock that patched `threading.Lock` makes: the
+# lock is held for a few operations that never wait, so a greenlet never holds it across a switch.
+_lock = get_original("threading", "Lock")()
+_blocks = 0  # blocks in progress that hold the collector off; it is on again when the last one ends
+_paused_at = 0.0  # when the collector was turned off for them
+# A pause that has lasted this long takes no new blocks (see the module's docstring).
+MAX_PAUSE_SECONDS = 2.0
+_clock = time.monotonic
 
 
 def collection_paused() -> _CollectionPaused:
     """Within the ``with`` block the cyclic garbage collector does not run. It is process-wide: other threads'
     collections wait until every such block has ended. A collector that was already off (and no block in
-    progress) is left as it is; one this turned off is always turned back on, however the block ends."""
+    progress) is left as it is; one this turned off is always turned back on, however the block ends. A
+    block that starts when the pause has lasted :data:`MAX_PAUSE_SECONDS` does not hold it off any longer."""
     return _CollectionPaused()
 
 
@@ -33,22 +47,31 @@ class _CollectionPaused:
     """The context manager of :func:`collection_paused`: a class rather than a generator, as every
     computation's answer is built inside one (the worked example's too) and this costs less."""
 
-    __slots__ = ("_token",)
+    __slots__ = ("_counted",)
 
     def __init__(self) -> None:
-        self._token: object | None = None
+        self._counted = False
 
     def __enter__(self) -> None:
-        if not gc.isenabled() and not _in_progress:
-            return  # turned off by someone else: not ours to turn on
-        self._token = token = object()
-        _in_progress.append(token)
-        gc.disable()
+        global _blocks, _paused_at
+        with _lock:
+            if _blocks:
+                if _clock() - _paused_at >= MAX_PAUSE_SECONDS:
+                    return  # long enough: the collector comes back on when the blocks before this end
+            elif gc.isenabled():
+                gc.disable()
+                _paused_at = _clock()
+            else:
+                return  # turned off by someone else: not ours to turn on
+            _blocks += 1
+            self._counted = True
 
     def __exit__(self, *exception: object) -> None:
-        if self._token is None:
+        global _blocks
+        if not self._counted:
             return
-        _in_progress.remove(self._token)
-        self._token = None
-        if not _in_progress:
-            gc.enable()
+        self._counted = False
+        with _lock:
+            _blocks -= 1
+            if not _blocks:
+                gc.enable()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import weakref
 from collections.abc import Iterator
 
@@ -16,6 +17,7 @@ from flask.testing import FlaskClient
 import service.protocols.declarations.likelihood as likelihood_module
 import service.protocols.v2.views as v2_views
 import service.web.admission as admission_module
+import service.web.garbage as garbage
 from service.protocols.declarations.model import declared_models
 from service.protocols.v1 import parsing
 from service.requests import Work
@@ -65,6 +67,60 @@ def test_overlapping_blocks_turn_it_on_when_the_last_ends() -> None:
     decoding.__exit__(None, None, None)
     assert not gc.isenabled()
     building.__exit__(None, None, None)
+    assert gc.isenabled()
+
+
+def test_a_block_that_starts_as_the_last_one_ends_is_still_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block entered on another thread while the last block is turning the collector back on: it must not
+    take the collector for someone else's (off, no block counted) and run unpaused."""
+    ending, rival = collection_paused(), collection_paused()
+    rival_entered, rival_may_end = threading.Event(), threading.Event()
+
+    def rival_block() -> None:
+        with rival:
+            rival_entered.set()
+            rival_may_end.wait(10)
+
+    thread = threading.Thread(target=rival_block)
+    enable = gc.enable
+
+    def enable_with_a_rival_starting() -> None:
+        thread.start()
+        rival_entered.wait(0.5)  # at once without the lock; with it, the rival waits for this to end
+        enable()
+
+    ending.__enter__()
+    monkeypatch.setattr(gc, "enable", enable_with_a_rival_starting)
+    ending.__exit__(None, None, None)
+    monkeypatch.undo()
+    try:
+        assert rival_entered.wait(10)
+        assert not gc.isenabled()  # the rival's block holds it off
+    finally:
+        rival_may_end.set()
+        thread.join(10)
+    assert gc.isenabled()
+
+
+def test_a_long_pause_takes_no_new_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Overlapping blocks keep the collector off only until the pause has lasted MAX_PAUSE_SECONDS."""
+    now = [100.0]
+    monkeypatch.setattr(garbage, "_clock", lambda: now[0])
+    first, within, late = collection_paused(), collection_paused(), collection_paused()
+    first.__enter__()
+    now[0] += garbage.MAX_PAUSE_SECONDS - 0.5
+    within.__enter__()  # joins: the pause goes on until both have ended
+    first.__exit__(None, None, None)
+    assert not gc.isenabled()
+    now[0] += 1.0
+    late.__enter__()  # the pause has lasted long enough: this does not extend it
+    assert not gc.isenabled()
+    within.__exit__(None, None, None)
+    assert gc.isenabled()  # on, with the late block still in progress
+    late.__exit__(None, None, None)
+    assert gc.isenabled()
+    with collection_paused():  # a new pause starts afresh
+        assert not gc.isenabled()
     assert gc.isenabled()
 
 
