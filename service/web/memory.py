@@ -34,21 +34,23 @@ QUIET_SECONDS = 1.0
 LONGEST_DELAY_SECONDS = 10.0
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
+def _glibc_function(name: str, argtypes: list[type]) -> Callable[..., int] | None:
+    """The C library's function ``name`` returning an int, or None where there is no such library or
+    function (musl has no ``malloc_trim``)."""
     library = ctypes.util.find_library("c")
     if library is None:
         return None
     try:
-        libc = ctypes.CDLL(library)
-        trim = libc.malloc_trim
+        function = getattr(ctypes.CDLL(library), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes = [ctypes.c_size_t]
-    trim.restype = ctypes.c_int
-    return trim
+    function.argtypes = argtypes
+    function.restype = ctypes.c_int
+    typed: Callable[..., int] = function
+    return typed
 
 
-_MALLOC_TRIM = _find_malloc_trim()
+_MALLOC_TRIM = _glibc_function("malloc_trim", [ctypes.c_size_t])
 
 # glibc's mallopt parameter (malloc.h) for the number of malloc arenas.
 _M_ARENA_MAX = -8
@@ -62,16 +64,8 @@ def _one_malloc_arena() -> bool:
     above its fresh size after a body of 1.3 million unknown fields was decoded on a thread). One arena costs
     nothing measurable here: the interpreter lock already lets one thread allocate at a time.
     """
-    library = ctypes.util.find_library("c")
-    if library is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(library).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, 1))
+    mallopt = _glibc_function("mallopt", [ctypes.c_int, ctypes.c_int])
+    return mallopt is not None and bool(mallopt(_M_ARENA_MAX, 1))
 
 
 def release_freed_memory() -> bool:
