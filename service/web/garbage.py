@@ -12,34 +12,43 @@ top log-probabilities as lists of dicts is the same: 1.11 s with the collector (
 answer holds reference cycles, so the collector has nothing to find in them; reference counting still frees
 everything they make.
 
-A pause is bounded: blocks that start once the collector has been paused for :data:`MAX_PAUSE_SECONDS` do
-not extend it, so a stream of overlapping large bodies cannot keep the collector off (and cycles made
-meanwhile by other requests uncollected) for longer than that plus the longest block.
+A pause is bounded: a block that starts once the pause has lasted :data:`MAX_PAUSE_SECONDS` first collects
+the youngest generation (what was made during the pause, other requests' cycles among it), then joins the
+pause, which counts as starting afresh. So a stream of overlapping large bodies cannot leave cycles
+uncollected for long, and no block runs with the collector on. That collection traverses the documents in
+progress too: 0.18 s with a 16 MiB body's 4.2 million lists alive (Python 3.11), once a pause's length at
+most.
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 import time
 
-from gevent.monkey import get_original
-
-# Blocks start and end on the worker's loop and on real threads (decoding, compute) alike, so their count
-# is kept under the interpreter's own lock, not the gevent lock that patched `threading.Lock` makes: the
-# lock is held for a few operations that never wait, so a greenlet never holds it across a switch.
-_lock = get_original("threading", "Lock")()
+try:
+    from gevent.monkey import get_original
+except ImportError:  # the service also runs without gevent; nothing is patched then
+    _lock = threading.RLock()
+else:
+    # Blocks start and end on the worker's loop and on real threads (decoding, compute) alike, so their
+    # count is kept under an unpatched thread lock, not the gevent lock that patched `threading` makes. It is
+    # held for a few operations that never wait, so a greenlet never holds it across a switch; re-entrant,
+    # since a collection or a signal handler may run code on the thread that holds it.
+    _lock = get_original("threading", "RLock")()
 _blocks = 0  # blocks in progress that hold the collector off; it is on again when the last one ends
-_paused_at = 0.0  # when the collector was turned off for them
-# A pause that has lasted this long takes no new blocks (see the module's docstring).
+_paused_at = 0.0  # when the collector was turned off for them, or last collected during their pause
+# How long a pause goes before a block that starts collects the youngest generation (module's docstring).
 MAX_PAUSE_SECONDS = 2.0
 _clock = time.monotonic
 
 
 def collection_paused() -> _CollectionPaused:
-    """Within the ``with`` block the cyclic garbage collector does not run. It is process-wide: other threads'
-    collections wait until every such block has ended. A collector that was already off (and no block in
-    progress) is left as it is; one this turned off is always turned back on, however the block ends. A
-    block that starts when the pause has lasted :data:`MAX_PAUSE_SECONDS` does not hold it off any longer."""
+    """Within the ``with`` block the cyclic garbage collector does not run (but for a collection of the
+    youngest generation as a block starts once the pause has lasted :data:`MAX_PAUSE_SECONDS`). It is
+    process-wide: other threads' collections wait until every such block has ended. A collector that was
+    already off (and no block in progress) is left as it is; one this turned off is always turned back on,
+    however the block ends."""
     return _CollectionPaused()
 
 
@@ -54,10 +63,12 @@ class _CollectionPaused:
 
     def __enter__(self) -> None:
         global _blocks, _paused_at
+        collect = False
         with _lock:
             if _blocks:
-                if _clock() - _paused_at >= MAX_PAUSE_SECONDS:
-                    return  # long enough: the collector comes back on when the blocks before this end
+                now = _clock()
+                if now - _paused_at >= MAX_PAUSE_SECONDS:
+                    _paused_at, collect = now, True  # this block collects; others starting now need not
             elif gc.isenabled():
                 gc.disable()
                 _paused_at = _clock()
@@ -65,6 +76,8 @@ class _CollectionPaused:
                 return  # turned off by someone else: not ours to turn on
             _blocks += 1
             self._counted = True
+        if collect:
+            gc.collect(0)  # outside the lock: finalizers may run
 
     def __exit__(self, *exception: object) -> None:
         global _blocks

@@ -50,7 +50,7 @@ def _glibc_function(name: str, argtypes: list[type]) -> Callable[..., int] | Non
     return typed
 
 
-_MALLOC_TRIM = _glibc_function("malloc_trim", [ctypes.c_size_t])
+_MALLOC_TRIM: Callable[[int], int] | None = _glibc_function("malloc_trim", [ctypes.c_size_t])
 
 # glibc's mallopt parameter (malloc.h) for the number of malloc arenas.
 _M_ARENA_MAX = -8

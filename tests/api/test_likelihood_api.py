@@ -151,7 +151,7 @@ def test_top_logprobs_are_written_in_blocks_as_one_list_would_be(
         blocks.append(rows)
         return dumps(rows)
 
-    monkeypatch.setattr(likelihood.orjson, "dumps", recording)
+    monkeypatch.setattr(orjson, "dumps", recording)  # the module's calls, through the same module object
     rng = np.random.default_rng(positions + len(batch) + 10 * top)
     ids = rng.integers(0, 50, size=(*batch, positions, top))
     values = rng.normal(size=(*batch, positions, top))

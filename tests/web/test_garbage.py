@@ -26,8 +26,9 @@ from service.web.garbage import collection_paused
 
 
 @pytest.fixture(autouse=True)
-def collector_on() -> Iterator[None]:
+def collector_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     assert gc.isenabled()
+    monkeypatch.setattr(garbage, "_blocks", 0)  # whatever a failed test left counted is forgotten after it
     yield
     gc.enable()  # whatever a failed test left behind
 
@@ -102,25 +103,45 @@ def test_a_block_that_starts_as_the_last_one_ends_is_still_paused(monkeypatch: p
     assert gc.isenabled()
 
 
-def test_a_long_pause_takes_no_new_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Overlapping blocks keep the collector off only until the pause has lasted MAX_PAUSE_SECONDS."""
+class _Node:
+    """An object in a reference cycle, seen through a weak reference."""
+
+    def __init__(self) -> None:
+        self.itself = self
+
+
+def _garbage_cycle() -> weakref.ref[_Node]:
+    return weakref.ref(_Node())
+
+
+def test_a_block_that_starts_late_in_a_long_pause_collects_the_young_and_joins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Overlapping blocks could keep the collector off for good: once a pause has lasted MAX_PAUSE_SECONDS,
+    the next block to start collects what was made meanwhile (another request's cycle here), and is paused
+    too."""
     now = [100.0]
     monkeypatch.setattr(garbage, "_clock", lambda: now[0])
-    first, within, late = collection_paused(), collection_paused(), collection_paused()
+    first, within, late, later = (collection_paused() for _ in range(4))
     first.__enter__()
+    cycle = _garbage_cycle()
     now[0] += garbage.MAX_PAUSE_SECONDS - 0.5
-    within.__enter__()  # joins: the pause goes on until both have ended
+    within.__enter__()  # joins the pause, collecting nothing
+    assert cycle() is not None
     first.__exit__(None, None, None)
     assert not gc.isenabled()
     now[0] += 1.0
-    late.__enter__()  # the pause has lasted long enough: this does not extend it
+    late.__enter__()  # the pause has lasted long enough: the young generation is collected first
+    assert cycle() is None
     assert not gc.isenabled()
-    within.__exit__(None, None, None)
-    assert gc.isenabled()  # on, with the late block still in progress
-    late.__exit__(None, None, None)
-    assert gc.isenabled()
-    with collection_paused():  # a new pause starts afresh
-        assert not gc.isenabled()
+    another = _garbage_cycle()
+    now[0] += 1.0
+    later.__enter__()  # within MAX_PAUSE_SECONDS of that collection: none
+    assert another() is not None
+    for block in (within, late):
+        block.__exit__(None, None, None)
+        assert not gc.isenabled()  # every block that joined holds it off
+    later.__exit__(None, None, None)
     assert gc.isenabled()
 
 
