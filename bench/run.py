@@ -7,6 +7,7 @@ like on whatever machine this is. Nothing here asserts a timing: the targets are
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import os
 import platform
@@ -14,9 +15,9 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import orjson
@@ -30,7 +31,14 @@ from service.protocols.declarations.model import declared_models
 
 EXAMPLES = {name: dict(model.example) for name, model in declared_models().items()}
 
-DEVNULL = open(os.devnull, "w")  # noqa: SIM115  (open for the whole run)
+
+@cache
+def devnull() -> TextIO:
+    """/dev/null for the access log's lines, opened once when first needed (not on import: the tests import
+    this module) and closed as the interpreter exits."""
+    stream = open(os.devnull, "w")  # noqa: SIM115  (open for the whole run)
+    atexit.register(stream.close)
+    return stream
 
 
 @dataclass(frozen=True)
@@ -195,7 +203,7 @@ def measure_times(row: Row, budget: Budget, *, service_port: int, bare_port: int
         # The access log still formats and writes its line (a real cost), to /dev/null rather than the table.
         # Closed as a server closes every answer: that gives back what the request held of the memory budget.
         with (
-            contextlib.redirect_stdout(DEVNULL),
+            contextlib.redirect_stdout(devnull()),
             test_client.post(case.path, data=case.raw, content_type="application/json") as response,
         ):
             if response.status_code != 200:
@@ -288,7 +296,7 @@ def measure_precision(cases: list[Case]) -> list[PrecisionRow]:
         for precision in ("float64", "float32"):
             variant = case.with_precision(precision)
             with (
-                contextlib.redirect_stdout(DEVNULL),
+                contextlib.redirect_stdout(devnull()),
                 client.post(variant.path, data=variant.raw, content_type="application/json") as response,
             ):
                 answers[precision] = response.data
