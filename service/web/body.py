@@ -210,16 +210,32 @@ def read_body(req: flask.Request) -> bytes:
     return data
 
 
-def refuse_form_label(req: flask.Request, accepted: str) -> None:
-    """415 for a body labelled as a form or as text, whatever it holds: /v1 and /v2 alike (issue #20).
+def is_json(mimetype: str | None) -> bool:
+    """``application/json`` or ``application/*+json`` (RFC 6839's structured syntax suffix)."""
+    if not mimetype:
+        return False
+    return mimetype == "application/json" or (
+        mimetype.startswith("application/") and mimetype.endswith("+json")
+    )
 
-    ``accepted`` is the protocol's own list of media types, for the answer's ``Accept-Post``.
-    """
-    if req.mimetype in FORM_MEDIA_TYPES:
-        raise Problem(
-            415,
-            f"Send the request body as {accepted} (this request labels it {req.mimetype}, as curl -d does "
-            "unless given -H 'Content-Type: application/json').",
-            slug="unsupported-media-type",
-            headers={"Accept-Post": accepted},
+
+def require_media_type(req: flask.Request, accepted: tuple[str, ...], *, unlabelled: bool = False) -> None:
+    """415 unless the body is labelled with one of ``accepted`` (``application/json`` admits RFC 6839's
+    ``+json`` types too), or has no label where ``unlabelled`` allows it; the answer's ``Accept-Post`` lists
+    ``accepted``. A body labelled as a form or as text is told how to label it with curl (issue #20)."""
+    mimetype = req.mimetype
+    listed = ", ".join(accepted)
+    if mimetype in FORM_MEDIA_TYPES:
+        detail = (
+            f"Send the request body as {listed} (this request labels it {mimetype}, as curl -d does "
+            "unless given -H 'Content-Type: application/json')."
         )
+    elif not mimetype:
+        if unlabelled:
+            return
+        detail = f"Send the request body as {listed} (this request sent no Content-Type)."
+    elif mimetype in accepted or ("application/json" in accepted and is_json(mimetype)):
+        return
+    else:
+        detail = f"Send the request body as {listed} (this request sent {mimetype})."
+    raise Problem(415, detail, slug="unsupported-media-type", headers={"Accept-Post": listed})

@@ -96,6 +96,22 @@ def test_v2_reads_an_unlabelled_body_as_tritonclient_sends_it(client: FlaskClien
 
 
 @pytest.mark.parametrize(
+    ("path", "label"), [("/v1/attention", "image/png"), ("/v2/models/attention/infer", "image/png")]
+)
+def test_a_body_labelled_with_an_undeclared_type_is_415_naming_it(
+    client: FlaskClient, path: str, label: str
+) -> None:
+    """Neither protocol's contract lists it: refused on /v2 as on /v1, with what to send instead."""
+    answer = client.post(path, data=json.dumps(SEED_BODIES[path]), content_type=label)
+    assert answer.status_code == 415
+    problem = answer.get_json()
+    assert problem["type"] == "urn:attention-service:problem:unsupported-media-type"
+    assert "image/png" in problem["detail"]
+    expected = "application/json" if path.startswith("/v1") else "application/json, application/octet-stream"
+    assert answer.headers["Accept-Post"] == expected
+
+
+@pytest.mark.parametrize(
     "raw",
     [b'{"query": [1, 2', b"{'query': 1}", b"\xff\xfe{}", b"", b"   ", b"[" * 5000 + b"]" * 5000],
     ids=["truncated", "single-quotes", "bad-utf8", "empty", "blank", "deep-nesting"],

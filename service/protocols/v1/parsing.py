@@ -11,7 +11,7 @@ import marshmallow as ma
 import orjson
 
 from service.web.admission import decode_off_the_loop
-from service.web.body import refuse_form_label
+from service.web.body import require_media_type
 from service.web.encodings import read_decoded_body, request_coding
 from service.web.problems import Problem, problem_from_validation_messages, refuse_many_unknown_fields
 
@@ -69,25 +69,8 @@ def _malformed(detail: str) -> Problem:
     return Problem(400, detail, slug="malformed-json")
 
 
-def is_json(mimetype: str | None) -> bool:
-    """``application/json`` or ``application/*+json`` (RFC 6839's structured syntax suffix)."""
-    if not mimetype:
-        return False
-    return mimetype == "application/json" or (
-        mimetype.startswith("application/") and mimetype.endswith("+json")
-    )
-
-
 def require_json_body(request: flask.Request) -> None:
     """415 for a body that is not JSON, or compressed other than as gzip or deflate (those are inflated
     within the body limit and the memory budget: service.web.encodings)."""
     request_coding(request)
-    refuse_form_label(request, "application/json")
-    if not is_json(request.mimetype):
-        sent = request.mimetype or "no Content-Type"
-        raise Problem(
-            415,
-            f"Send the request body as application/json (this request sent {sent}).",
-            slug="unsupported-media-type",
-            headers={"Accept-Post": "application/json"},
-        )
+    require_media_type(request, ("application/json",))

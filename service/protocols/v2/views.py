@@ -55,7 +55,7 @@ from service.protocols.v2.tensors import (
     split_body,
 )
 from service.web.admission import answered, decode_off_the_loop, run_admitted
-from service.web.body import refuse_form_label
+from service.web.body import require_media_type
 from service.web.encodings import read_decoded_body
 from service.web.json_provider import dumps_bytes
 from service.web.limits import JSON_ANSWER, AnswerEncoding, binary_answer
@@ -233,7 +233,8 @@ def _input_metadata(name: str, spec: InputSpec) -> dict[str, Any]:
 
 def _infer(model: Model) -> Response:
     current = request_ctx.request  # the request itself: the proxy finds the context again on each attribute
-    refuse_form_label(current, "application/json, application/octet-stream")
+    # tritonclient labels nothing; other labels the contract does not list are refused, as on /v1
+    require_media_type(current, ("application/json", "application/octet-stream"), unlabelled=True)
     body = read_decoded_body(current)
     header_length = current.headers.get(HEADER_LENGTH)
     # As /v1: a large body is decoded off the worker's loop, and the answer is encoded with the computation.
