@@ -210,10 +210,8 @@ def read_body(req: flask.Request) -> bytes:
     return data
 
 
-def is_json(mimetype: str | None) -> bool:
+def _is_json(mimetype: str) -> bool:
     """``application/json`` or ``application/*+json`` (RFC 6839's structured syntax suffix)."""
-    if not mimetype:
-        return False
     return mimetype == "application/json" or (
         mimetype.startswith("application/") and mimetype.endswith("+json")
     )
@@ -224,18 +222,20 @@ def require_media_type(req: flask.Request, accepted: tuple[str, ...], *, unlabel
     ``+json`` types too), or has no label where ``unlabelled`` allows it; the answer's ``Accept-Post`` lists
     ``accepted``. A body labelled as a form or as text is told how to label it with curl (issue #20)."""
     mimetype = req.mimetype
-    listed = ", ".join(accepted)
     if mimetype in FORM_MEDIA_TYPES:
-        detail = (
-            f"Send the request body as {listed} (this request labels it {mimetype}, as curl -d does "
-            "unless given -H 'Content-Type: application/json')."
-        )
+        sent = f"labels it {mimetype}, as curl -d does unless given -H 'Content-Type: application/json'"
     elif not mimetype:
         if unlabelled:
             return
-        detail = f"Send the request body as {listed} (this request sent no Content-Type)."
-    elif mimetype in accepted or ("application/json" in accepted and is_json(mimetype)):
+        sent = "sent no Content-Type"
+    elif mimetype in accepted or ("application/json" in accepted and _is_json(mimetype)):
         return
     else:
-        detail = f"Send the request body as {listed} (this request sent {mimetype})."
-    raise Problem(415, detail, slug="unsupported-media-type", headers={"Accept-Post": listed})
+        sent = f"sent {mimetype}"
+    listed = ", ".join(accepted)
+    raise Problem(
+        415,
+        f"Send the request body as {listed} (this request {sent}).",
+        slug="unsupported-media-type",
+        headers={"Accept-Post": listed},
+    )

@@ -95,14 +95,10 @@ def test_v2_reads_an_unlabelled_body_as_tritonclient_sends_it(client: FlaskClien
     assert weights["data"] == pytest.approx([1.9814307040400587, 2.0092846479799706], rel=1e-12)
 
 
-@pytest.mark.parametrize(
-    ("path", "label"), [("/v1/attention", "image/png"), ("/v2/models/attention/infer", "image/png")]
-)
-def test_a_body_labelled_with_an_undeclared_type_is_415_naming_it(
-    client: FlaskClient, path: str, label: str
-) -> None:
+@pytest.mark.parametrize("path", ["/v1/attention", "/v2/models/attention/infer"])
+def test_a_body_labelled_with_an_undeclared_type_is_415_naming_it(client: FlaskClient, path: str) -> None:
     """Neither protocol's contract lists it: refused on /v2 as on /v1, with what to send instead."""
-    answer = client.post(path, data=json.dumps(SEED_BODIES[path]), content_type=label)
+    answer = client.post(path, data=json.dumps(SEED_BODIES[path]), content_type="image/png")
     assert answer.status_code == 415
     problem = answer.get_json()
     assert problem["type"] == "urn:attention-service:problem:unsupported-media-type"

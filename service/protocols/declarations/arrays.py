@@ -13,7 +13,7 @@ one call, and the loop (probes, other connections) waited for it. A block is a f
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from itertools import chain, islice
 from typing import Any, TypeVar
 
@@ -149,28 +149,30 @@ def _leaf_types(value: list[Any], rank: int) -> set[type]:
     """The Python types found at depth ``rank``; ``list`` among them marks a deeper, ragged branch."""
     if rank == 0:  # a scalar, where a field allows one (e.g. one ALiBi slope for every head)
         return {type(value)}
-    items: Iterable[Any] = value
-    for depth in range(1, rank):
-        types = _distinct(type, items)
+    entries: list[Any] = value
+    for entries in _levels(value, rank):
+        types = _distinct(type, entries)
         if types != {list}:
             return types | {list}  # a number or other value where a row was expected: ragged
-        # A level of rows is read twice (for its types, then for the next level), so it is kept as a list;
-        # the leaves are read once and not copied.
-        next_level = chain.from_iterable(items)
-        items = next_level if depth == rank - 1 else list(next_level)
-    return _distinct(type, items)
+    # the leaves are read once, so not copied into a list of their own
+    return _distinct(type, value if rank == 1 else chain.from_iterable(entries))
 
 
 def _rows_differ(value: list[Any], rank: int) -> bool:
-    """Whether the rows of some level of ``value`` (rows down to depth ``rank``, as :func:`_leaf_types`
-    found them) differ in length."""
-    rows: list[Any] = value
+    """Whether the rows of some level of ``value`` (whose entries down to depth ``rank`` :func:`_leaf_types`
+    found to be lists) differ in length."""
+    return any(len(_distinct(len, rows)) != 1 for rows in _levels(value, rank))
+
+
+def _levels(value: list[Any], rank: int) -> Iterator[list[Any]]:
+    """The levels above the leaves, outermost first, each as one list of its entries: ``value``, then its
+    rows' entries, ... (``rank - 1`` levels). Lazy: a caller checks that a level's entries are lists before
+    the next level is made from them."""
+    entries = value
     for depth in range(1, rank):
-        if len(_distinct(len, rows)) != 1:
-            return True
+        yield entries
         if depth < rank - 1:
-            rows = list(chain.from_iterable(rows))
-    return False
+            entries = list(chain.from_iterable(entries))
 
 
 def _distinct(function: Callable[[Any], T], items: Iterable[Any]) -> set[T]:
