@@ -44,6 +44,12 @@ def _positive_int(name: str, raw: str) -> int:
     return value
 
 
+def _limit(name: str, raw: str) -> int:
+    """A size limit: a positive whole number, or empty for the one derived from ``MEMORY_BUDGET_BYTES``
+    (compose passes ``MAX_BODY_BYTES=`` when the operator sets none, so that the budget still decides)."""
+    return DERIVED if not raw.strip() else _positive_int(name, raw)
+
+
 def _positive_seconds(name: str, raw: str) -> float:
     try:
         value = float(raw)
@@ -103,12 +109,12 @@ class Settings:
 
     # What one worker may hold for one request; every limit below left unset is derived from it.
     memory_budget_bytes: int = _setting(384 * MIB, _positive_int)
-    max_body_bytes: int = _setting(DERIVED, _positive_int)
-    max_work_elements: int = _setting(DERIVED, _positive_int)
+    max_body_bytes: int = _setting(DERIVED, _limit)
+    max_work_elements: int = _setting(DERIVED, _limit)
     # Output-only attention never holds the n×m scores (it works in blocks of rows), so its limit
     # bounds time rather than memory and can be higher.
-    max_output_only_work_elements: int = _setting(DERIVED, _positive_int)
-    max_answer_bytes: int = _setting(DERIVED, _positive_int)
+    max_output_only_work_elements: int = _setting(DERIVED, _limit)
+    max_answer_bytes: int = _setting(DERIVED, _limit)
     # Admission (service/web/admission.py): computations at once per worker, how many may wait for them and
     # how long, how long one may run before its answer is a 504, and the deadlines for heads and bodies.
     compute_slots: int = _setting(1, _positive_int)

@@ -25,7 +25,7 @@ import yaml
 
 import service.kernels
 from service import create_app
-from service.settings import Settings
+from service.settings import Settings, derived_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -160,13 +160,20 @@ def test_compose_defaults_are_the_documented_ones() -> None:
     compose = (ROOT / "docker-compose.yml").read_text(encoding="utf-8")
     environment = re.findall(r"^\s+([A-Z0-9_]+): \$\{\1:-([^}]*)\}", compose, re.MULTILINE)
     assert len(environment) >= 15
+    derived = {name.upper() for name in derived_limits(Settings().memory_budget_bytes)}
     for name, default in environment:
         if name in tracing:  # OpenTelemetry's own: passed through, empty (unset) unless the operator sets it
             assert default == "", f"docker-compose.yml: {name} defaults to {default!r}"
             continue
+        if name in derived:  # empty: derived from MEMORY_BUDGET_BYTES, so that lowering the budget lowers it
+            assert default == "", f"docker-compose.yml pins {name} to {default!r}, which the budget derives"
+            continue
         assert name in documented, f"docker-compose.yml sets {name}, which docs/operations.md does not list"
         if documented[name] is not None:
             assert default == documented[name], f"docker-compose.yml: {name} defaults to {default!r}"
+    # Under compose, a setting takes effect only if the file passes it into the container.
+    missing = {setting.name.upper() for setting in fields(Settings)} - {name for name, _ in environment}
+    assert not missing, f"docker-compose.yml does not pass {sorted(missing)}: setting them would do nothing"
 
 
 def test_the_readme_stays_short_and_links_the_docs() -> None:

@@ -29,6 +29,17 @@ def test_cors_origins_are_a_comma_separated_list() -> None:
         Settings.from_env({"CORS_ORIGINS": " , "})
 
 
+@pytest.mark.parametrize("raw", ["", "  "])
+def test_an_empty_size_limit_is_derived_from_the_budget(raw: str) -> None:
+    # compose passes MAX_BODY_BYTES= and friends when the operator sets none: the budget must still decide
+    limits = ("MAX_BODY_BYTES", "MAX_WORK_ELEMENTS", "MAX_OUTPUT_ONLY_WORK_ELEMENTS", "MAX_ANSWER_BYTES")
+    budget = str(96 * 1024 * 1024)
+    settings = Settings.from_env({"MEMORY_BUDGET_BYTES": budget, **dict.fromkeys(limits, raw)})
+    assert settings == Settings.from_env({"MEMORY_BUDGET_BYTES": budget})
+    assert settings.max_body_bytes == 4 * 1024 * 1024  # budget / 24
+    assert settings.max_answer_bytes == 48 * 1024 * 1024  # budget / 2
+
+
 @pytest.mark.parametrize("raw", ["lots", "0", "-5", "1.5"])
 def test_malformed_values_fail_loudly(raw: str) -> None:
     with pytest.raises(ValueError, match="MAX_WORK_ELEMENTS"):
