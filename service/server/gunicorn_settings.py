@@ -58,8 +58,9 @@ worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
 threads = int(os.environ.get("GUNICORN_THREADS", "1"))
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 # Seconds a gevent worker waits for the next request on a kept-alive connection (the first request's head
-# has HEADER_TIMEOUT_SECONDS: service/server/worker.py). Longer than the idle timeout of the clients and proxies in front (httpx 5 s, nginx's
-# upstream keepalive 60 s, common cloud load balancers 60 s), so the client always closes an idle
+# has HEADER_TIMEOUT_SECONDS: service/server/worker.py). Longer than the idle timeout of the clients and
+# proxies in front (httpx 5 s, nginx's upstream keepalive 60 s, common cloud load balancers 60 s), so the
+# client always closes an idle
 # connection first: at 5 s, a worker busy with other requests could close one just as the client sent a
 # request on it, and the soak saw that request dropped. An idle connection costs a greenlet, of
 # worker_connections per worker.

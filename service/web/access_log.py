@@ -9,6 +9,7 @@ byte has been handed to the server, with the bytes actually sent.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -71,8 +72,16 @@ def write_line(fields: dict[str, Any], *, level: str = "info", message: str = "r
                 unencodable.append(name)
         line["unencodable"] = unencodable
         encoded = orjson.dumps(line, default=repr)
-    sys.stdout.write(encoded.decode() + "\n")  # sys.stdout at the time: test runners swap it
-    sys.stdout.flush()
+    try:
+        sys.stdout.write(encoded.decode() + "\n")  # sys.stdout at the time: test runners swap it
+        sys.stdout.flush()
+    except (OSError, ValueError):  # a pipe gone, a closed stream: as logging's handlers do, the line is lost
+        _report_unwritable_log()  # and the answer is not (it would have been a 500, or a streamed one cut)
+
+
+def _report_unwritable_log() -> None:
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write("service.access: the access log line could not be written to stdout\n")
 
 
 def _declared_length(request: Request, fields: dict[str, Any]) -> None:

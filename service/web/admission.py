@@ -38,13 +38,12 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from flask import Flask
+from flask import Flask, Response
 from flask.wrappers import Request
-from werkzeug.wsgi import ClosingIterator
 
 from service.requests import Work
 from service.web.body import CountingInput, body_size, counting_input
@@ -235,9 +234,10 @@ class _Job(Generic[T]):
             del function
 
 
-@dataclass
+@dataclass(eq=False)  # each waiter is itself: the queue removes and finds it by identity, never by value
 class _Waiter:
     estimate: float
+    memory_bytes: int
 
 
 class Admission:
@@ -253,7 +253,7 @@ class Admission:
         self.upload_bytes = 0
         self.busy_slots = 0
         self._queue: deque[_Waiter] = deque()
-        self._running: dict[int, tuple[float, float]] = {}  # id -> (started, estimated seconds)
+        self._running: dict[_Waiter, tuple[float, float]] = {}  # -> (started, estimated seconds)
         # The fixed seconds per call and the ratio of measured to estimated seconds, learnt from this
         # process's own computations to predict waits (the estimates err high, so the ratio starts at 1).
         self.seconds_per_call = 0.001
@@ -331,8 +331,7 @@ class Admission:
         estimate = self.estimate_seconds(cpu_seconds)
         # What the request already holds (its body) is part of what it needs to compute.
         memory_bytes = max(0, min(memory_bytes, self.large_request_budget()) - reservation.held_bytes)
-        waiter = self._enter(estimate, memory_bytes)
-        token = id(waiter)
+        token = self._enter(estimate, memory_bytes)
         started = time.monotonic()
         with self._lock:
             self._running[token] = (started, estimate)
@@ -344,9 +343,15 @@ class Admission:
                 return compute()
             finally:
                 self._leave(token, started, cpu_seconds)
-        if self._pool is None:
-            self._pool = ThreadPool(self.limits.compute_slots)
-        result = self._pool.spawn(_Job(compute))
+        try:
+            if self._pool is None:
+                self._pool = ThreadPool(self.limits.compute_slots)
+            result = self._pool.spawn(_Job(compute))
+        except BaseException:
+            # No thread to run it (e.g. "can't start new thread" under a pids or address-space limit): the
+            # slot goes back, or every later computation would wait for it until the worker is recycled.
+            self._leave(token, started, cpu_seconds)
+            raise
         try:
             outcome: _Outcome[T] = result.get(timeout=self.limits.compute_deadline_seconds)
         except BaseException as error:
@@ -369,9 +374,10 @@ class Admission:
         return outcome.unwrap()
 
     def _enter(self, estimate: float, memory_bytes: int) -> _Waiter:
-        """Wait for a slot and the memory, first come first served; a 503 when that cannot be soon enough."""
+        """Wait for a slot and the memory, first come first served (see :meth:`_turn_of`); a 503 when that
+        cannot be soon enough."""
         limits = self.limits
-        waiter = _Waiter(estimate)
+        waiter = _Waiter(estimate, memory_bytes)
         with self._changed:
             now = time.monotonic()
             wait = self.predicted_wait(now)
@@ -390,11 +396,7 @@ class Admission:
             self._queue.append(waiter)
             deadline = now + limits.compute_queue_seconds
             try:
-                while not (
-                    self._queue[0] is waiter
-                    and self.busy_slots < limits.compute_slots
-                    and self._try_hold_locked(memory_bytes, upload=False, computation=True)
-                ):
+                while not self._turn_of(waiter):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise overloaded(
@@ -405,12 +407,29 @@ class Admission:
                         )
                     self._changed.wait(left)
             finally:
-                self._queue.remove(waiter) if waiter in self._queue else None
+                if waiter in self._queue:
+                    self._queue.remove(waiter)
                 self._wake_waiters()
             self.busy_slots += 1
         return waiter
 
-    def _leave(self, token: int, started: float, cpu_seconds: float) -> None:
+    def _turn_of(self, waiter: _Waiter) -> bool:
+        """With the lock held: whether ``waiter`` starts now, its memory then held. A slot must be free, and
+        the requests queued ahead of it must all be waiting for memory that is not free: one whose memory
+        is goes first. So the order is first come first served, except that a request waiting for memory
+        lets those behind it that can run go ahead, rather than wait for memory they hold: the bodies of the
+        requests queued behind it count against the budget, and a request at the work limit needs nearly
+        all of it (two of them queued on one worker refused the first with a 503 while nothing ran)."""
+        if self.busy_slots >= self.limits.compute_slots:
+            return False
+        for ahead in self._queue:
+            if ahead is waiter:
+                return self._try_hold_locked(waiter.memory_bytes, upload=False, computation=True)
+            if self.fits(ahead.memory_bytes, upload=False, computation=True):
+                return False
+        return False
+
+    def _leave(self, token: _Waiter, started: float, cpu_seconds: float) -> None:
         seconds = time.monotonic() - started
         with self._changed:
             self.busy_slots -= 1
@@ -431,7 +450,7 @@ class Admission:
             self._changed.notify_all()
 
     def _leave_when_done(
-        self, result: Any, token: int, started: float, cpu_seconds: float, held: Reservation
+        self, result: Any, token: _Waiter, started: float, cpu_seconds: float, held: Reservation
     ) -> None:
         result.wait()
         held.release()
@@ -644,11 +663,49 @@ def install_admission(app: Flask) -> Admission:
             raise
         finally:
             _current.reset(token)
-        return ClosingIterator(answer, [reservation.release, lambda: _close_if_unread(environ)])
+        return _ReleasedOnClose(answer, reservation, environ)
 
     app.wsgi_app = admitted_wsgi_app  # type: ignore[method-assign]
-    request_steps(app).add_before(_admit_body)
+    steps = request_steps(app)
+    steps.add_before(_admit_body)
+    steps.add_after(_close_if_body_unread)
     return admission
+
+
+class _ReleasedOnClose:
+    """An answer's iterable that, when the server closes it, gives back what the request held and closes the
+    connection of a body left unread, whatever the answer's own ``close`` raised before. (werkzeug's
+    ``ClosingIterator`` stops at the first callback that raises, and a streamed answer's close writes its
+    access line: a log that could not be written kept the request's memory from the budget for good.)"""
+
+    __slots__ = ("_answer", "_environ", "_reservation")
+
+    def __init__(self, answer: Iterable[bytes], reservation: Reservation, environ: dict[str, Any]) -> None:
+        self._answer = answer
+        self._reservation = reservation
+        self._environ = environ
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._answer)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._answer, "close", None)
+            if close is not None:
+                close()
+        finally:
+            try:
+                self._reservation.release()
+            finally:
+                _close_if_unread(self._environ)
+
+
+def _close_if_body_unread(request: Request, g: RequestGlobals, response: Response) -> Response:
+    """Decide before the answer's head is written: an answer given without reading its body to the end (a
+    415, 401, 404, …) says ``Connection: close``, rather than promise keep-alive and close after it (the
+    client's next request on the connection would be lost)."""
+    _close_if_unread(request.environ)
+    return response
 
 
 def _admit_body(request: Request, g: RequestGlobals) -> None:

@@ -115,6 +115,21 @@ def test_a_refused_body_without_expect_closes_the_connection_instead_of_reading_
     assert b"Connection: close" in rest
 
 
+def test_an_answer_given_without_reading_the_body_says_it_closes_the_connection(server: Server) -> None:
+    """A 415 answered without reading its (whole, already sent) body: the connection is closed after it rather
+    than drained, and the answer must say so. It said keep-alive, so a client's next request on the
+    connection was lost."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(SEED), SEED)
+        )
+        first, rest = read_answer(sock)  # returns once the server closes
+    assert first.startswith(b"HTTP/1.1 415"), first + rest
+    assert b"Connection: close" in rest
+    assert b"Connection: keep-alive" not in rest
+
+
 def test_a_lying_content_length_is_answered_408_and_closed(server: Server) -> None:
     first, rest = post_head(server, 1000)  # the socket's 10 s timeout bounds the wait; the deadline is 1 s
     assert first.startswith(b"HTTP/1.1 408"), first + rest

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 from flask.testing import FlaskClient
@@ -70,3 +72,20 @@ def test_a_field_orjson_cannot_write_does_not_drop_the_line(capsys: pytest.Captu
     assert line["huge"] == str(2**70)
     assert line["text"] == "\\ud800"
     assert line["unencodable"] == ["huge", "text"]
+
+
+def test_a_log_that_cannot_be_written_costs_the_line_not_the_answer(
+    client: FlaskClient, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class BrokenPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(sys, "stdout", BrokenPipe())
+    answer = client.post(
+        "/v1/attention", json={"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    )
+    assert answer.status_code == 200
+    assert answer.json is not None
+    assert answer.json["weights"] == pytest.approx([0.3302384506733431, 0.6697615493266569], rel=1e-12)
+    assert "could not be written" in capsys.readouterr().err

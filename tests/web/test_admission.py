@@ -309,3 +309,141 @@ def test_the_worked_example_finds_room_while_the_largest_computation_runs(app: F
         runner.join(10)
         heavy.release()
     assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots) == (0, 0, 0)
+
+
+def wait_until_queued(admission: Admission, count: int) -> None:
+    for _ in range(2000):  # bounded: 10 s
+        if admission.queued >= count:
+            return
+        threading.Event().wait(0.005)
+    raise AssertionError(f"{admission.queued} queued, not {count}")
+
+
+def test_a_request_waiting_for_memory_lets_one_queued_behind_it_that_fits_go_first() -> None:
+    """Two requests at the work limit on one worker: the first queued needs nearly the whole budget, part of
+    which the second holds (its body, reserved from its headers). Served strictly in order, the first waited
+    for memory only the second could give back, and was refused 503 after COMPUTE_QUEUE_SECONDS while no
+    computation ran; now the second goes first, and then the first."""
+    admission = Admission(limits(compute_queue_seconds=5.0))
+    budget = admission.large_request_budget()
+    ran: list[str] = []
+    outcomes: dict[str, object] = {}
+    blocker = Blocker()
+    runner = threading.Thread(
+        target=admission.run,
+        args=(blocker,),
+        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
+    )
+    runner.start()  # holds the slot while both queue
+    assert blocker.started.wait(10)
+    second_body = Reservation(admission)
+    assert second_body.take(4 * MIB, upload=True)
+
+    def request(name: str, reservation: Reservation, memory: int) -> None:
+        try:
+            outcomes[name] = admission.run(
+                lambda: ran.append(name), cpu_seconds=0.0, memory_bytes=memory, reservation=reservation
+            )
+        except Problem as problem:
+            outcomes[name] = problem.status
+        finally:
+            reservation.release()
+
+    first = threading.Thread(target=request, args=("first", Reservation(admission), budget))
+    first.start()
+    wait_until_queued(admission, 1)
+    second = threading.Thread(target=request, args=("second", second_body, 8 * MIB))
+    second.start()
+    wait_until_queued(admission, 2)
+    blocker.release.set()
+    for thread in (runner, first, second):
+        thread.join(10)
+    assert ran == ["second", "first"]
+    assert outcomes == {"first": None, "second": None}
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+def test_a_request_leaving_the_queue_removes_itself_not_an_equal_one() -> None:
+    """Queued requests with the same estimate are different requests: the one that leaves (refused at its
+    own, earlier deadline here) must not take another's place in the queue with it."""
+    admission = Admission(limits(compute_queue_seconds=10.0))
+    blocker = Blocker()
+    runner = threading.Thread(
+        target=admission.run,
+        args=(blocker,),
+        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
+    )
+    runner.start()
+    assert blocker.started.wait(10)
+    outcomes: dict[str, object] = {}
+
+    def request(name: str) -> None:
+        try:
+            outcomes[name] = admission.run(
+                lambda: name, cpu_seconds=0.0, memory_bytes=0, reservation=Reservation(admission)
+            )
+        except Problem as problem:
+            outcomes[name] = problem.status
+
+    first = threading.Thread(target=request, args=("first",))
+    first.start()
+    wait_until_queued(admission, 1)
+    admission.limits = limits(compute_queue_seconds=0.2)  # the next request may wait 0.2 s only
+    second = threading.Thread(target=request, args=("second",))
+    second.start()
+    second.join(10)
+    assert outcomes == {"second": 503}
+    assert admission.queued == 1  # the first is still queued
+    blocker.release.set()
+    for thread in (runner, first):
+        thread.join(10)
+    assert outcomes == {"second": 503, "first": "first"}
+    assert admission.busy_slots == 0
+
+
+def test_a_computation_whose_thread_cannot_start_gives_its_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import service.web.admission as admission_module
+
+    class NoThreads:
+        def __init__(self, size: int) -> None:
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(admission_module, "under_gevent", lambda: True)
+    monkeypatch.setattr(admission_module, "ThreadPool", NoThreads)
+    admission = Admission(limits())
+    reservation = Reservation(admission)
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        admission.run(lambda: "x", cpu_seconds=1.0, memory_bytes=MIB, reservation=reservation)
+    reservation.release()
+    assert (admission.busy_slots, admission.held_bytes, admission.has_free_slot()) == (0, 0, True)
+
+
+def test_what_a_request_held_goes_back_even_when_its_answers_close_raises(app: Flask) -> None:
+    """The server closes every answer; a close that raises (a streamed answer's access line written to a
+    broken pipe, a call_on_close hook) must not keep the request's memory from the budget for good."""
+    from flask import Response
+
+    def fail() -> None:
+        raise OSError("broken pipe")
+
+    @app.after_request
+    def closes_badly(answer: Response) -> Response:
+        answer.call_on_close(fail)
+        return answer
+
+    admission = admission_of(app)
+    assert admission is not None
+    client = app.test_client()
+    # A 415: its body is reserved from its headers, and left unread.
+    answer = client.post("/v1/attention", data=b'{"query": [0, 1]}', content_type="text/plain")
+    assert answer.status_code == 415
+    assert admission.held_bytes > 0
+    with pytest.raises(OSError, match="broken pipe"):
+        answer.close()
+    assert (admission.held_bytes, admission.upload_bytes) == (0, 0)
+    assert take_close_request()  # and the unread body's connection is closed all the same
