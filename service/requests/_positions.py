@@ -60,7 +60,7 @@ class PositionalEncodingRequest:
     d_model: int | None = None
     x: AnyArray | None = None
     base: float = DEFAULT_BASE
-    style: RotaryStyle = "half"
+    style: RotaryStyle | None = None  # rotary only: "half" when not given
     dim: int | None = None
     include: frozenset[PositionalOutput] = frozenset()
     precision: Precision = "float64"
@@ -71,7 +71,6 @@ class PositionalEncodingRequest:
         set_ = object.__setattr__  # frozen: the checked, normalized values are set once, here
         set_(self, "kind", choice(self.kind, EncodingKind, field="kind"))
         set_(self, "base", number(self.base, field="base", allowed=self.BASE))
-        set_(self, "style", choice(self.style, RotaryStyle, field="style"))
         set_(self, "include", names(self.include, PositionalOutput, field="include"))
         set_(self, "precision", choice(self.precision, Precision, field="precision"))
         if self.positions is not None and np.abs(self.positions).max() > MAX_POSITION:
@@ -82,7 +81,7 @@ class PositionalEncodingRequest:
             self._check_rotary()
 
     def _check_sinusoidal(self) -> None:
-        for name in ("x", "dim"):
+        for name in ("x", "dim", "style"):
             if getattr(self, name) is not None:
                 raise RequestError(f"{name} is for kind rotary, not sinusoidal", field=name)
         if self.d_model is None:
@@ -109,6 +108,7 @@ class PositionalEncodingRequest:
                 raise RequestError(f"{name} is for kind sinusoidal, not rotary", field=name)
         if self.x is None:
             raise RequestError("x is required for kind rotary", field="x")
+        object.__setattr__(self, "style", choice("half" if self.style is None else self.style, RotaryStyle, field="style"))
         n, d = self.x.shape[-2:]
         if self.positions is not None and self.positions.shape[0] != n:
             raise RequestError(
@@ -130,7 +130,7 @@ class PositionalEncodingRequest:
                 answer_elements=elements,
                 compute=elements * TABLE_COST,
             )
-        assert self.x is not None
+        assert self.x is not None and self.style is not None
         dim = self.x.shape[-1] if self.dim is None else self.dim
         tables = 2 * self.rows * (dim // 2) if self.include else 0
         elements = int(self.x.size) + tables
@@ -149,7 +149,7 @@ class PositionalEncodingRequest:
             return PositionalEncodingResult(
                 encoding=sinusoidal_encoding(positions, self.d_model, base=self.base, dtype=dtype)
             )
-        assert self.x is not None
+        assert self.x is not None and self.style is not None
         dim = self.x.shape[-1] if self.dim is None else self.dim
         output = apply_rotary(self.x, positions, base=self.base, style=self.style, dim=dim, dtype=dtype)
         if not self.include:

@@ -158,6 +158,10 @@ def test_rotary_over_http_matches_the_reference(style: str) -> None:
         ({"kind": "sinusoidal", "length": 4}, "d_model", 422),
         ({"kind": "sinusoidal", "d_model": 4}, "length", 422),
         ({"kind": "sinusoidal", "positions": [0.5], "d_model": 4}, "positions", 422),
+        # each rotary-only option refused for a sinusoidal table, not ignored
+        ({"kind": "sinusoidal", "length": 3, "d_model": 4, "style": "interleaved"}, "style", 422),
+        ({"kind": "sinusoidal", "length": 3, "d_model": 4, "dim": 2}, "dim", 422),
+        ({"kind": "sinusoidal", "length": 3, "d_model": 4, "x": [[1.0, 2.0]]}, "x", 422),
         ({"kind": "rotary", "x": [[1.0, 2.0, 3.0]]}, "dim", 422),
         ({"kind": "rotary", "x": [[1.0, 2.0]], "dim": 4}, "dim", 422),
         ({"kind": "rotary", "x": [[1.0, 2.0]], "positions": [0, 1]}, "positions", 422),

@@ -1536,7 +1536,7 @@ class SyncModels:
         d_model: int | None = None,
         x: ArrayLike | None = None,
         base: float = 10000.0,
-        style: Style = "half",
+        style: Style | None = None,
         dim: int | None = None,
         include: Collection[PositionalEncodingInclude] = (),
         precision: Precision | None = None,
@@ -1553,8 +1553,8 @@ class SyncModels:
             d_model: sinusoidal: the table's width (even).
             x: rotary: the rows to rotate, [..., n, d].
             base: Frequencies base^(-2i/d).
-            style: rotary: half pairs feature i with i + dim/2 (GPT-NeoX, Llama); interleaved pairs 2i with 2i
-                + 1 (GPT-J, RoFormer).
+            style: rotary: half pairs feature i with i + dim/2 (GPT-NeoX, Llama; the default); interleaved
+                pairs 2i with 2i + 1 (GPT-J, RoFormer).
             dim: rotary: how many leading features rotate (even, at most d); default d.
             include: rotary: ["tables"] adds the cos and sin tables.
             precision: Floating-point type used for the arithmetic and the numbers in the response. float32
@@ -2095,7 +2095,7 @@ class AsyncModels:
         d_model: int | None = None,
         x: ArrayLike | None = None,
         base: float = 10000.0,
-        style: Style = "half",
+        style: Style | None = None,
         dim: int | None = None,
         include: Collection[PositionalEncodingInclude] = (),
         precision: Precision | None = None,
@@ -2112,8 +2112,8 @@ class AsyncModels:
             d_model: sinusoidal: the table's width (even).
             x: rotary: the rows to rotate, [..., n, d].
             base: Frequencies base^(-2i/d).
-            style: rotary: half pairs feature i with i + dim/2 (GPT-NeoX, Llama); interleaved pairs 2i with 2i
-                + 1 (GPT-J, RoFormer).
+            style: rotary: half pairs feature i with i + dim/2 (GPT-NeoX, Llama; the default); interleaved
+                pairs 2i with 2i + 1 (GPT-J, RoFormer).
             dim: rotary: how many leading features rotate (even, at most d); default d.
             include: rotary: ["tables"] adds the cos and sin tables.
             precision: Floating-point type used for the arithmetic and the numbers in the response. float32

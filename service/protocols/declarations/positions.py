@@ -46,11 +46,10 @@ class PositionalEncodingRequestSchema(RequestSchema):
         metadata={"description": "Frequencies base^(-2i/d).", "exclusiveMinimum": 0},
     )
     style = fields.String(
-        load_default="half",
         validate=one_of(RotaryStyle),
         metadata={
-            "description": "rotary: half pairs feature i with i + dim/2 (GPT-NeoX, Llama); interleaved pairs "
-            "2i with 2i + 1 (GPT-J, RoFormer)."
+            "description": "rotary: half pairs feature i with i + dim/2 (GPT-NeoX, Llama; the default); "
+            "interleaved pairs 2i with 2i + 1 (GPT-J, RoFormer)."
         },
     )
     dim = StrictInteger(
