@@ -21,6 +21,7 @@ from service.protocols.declarations.schemas import RequestSchema, ResponseSchema
 from service.protocols.v2.models import MODELS, VERSION, Model
 from service.protocols.v2.tensors import DTYPES, malformed
 from service.protocols.v2.views import model_metadata
+from service.web.body import require_media_type
 from service.web.encodings import read_decoded_body
 from service.web.problems import problem_from_validation_messages
 from service.web.routes import Routes
@@ -192,6 +193,9 @@ def _read_index_request() -> dict[str, Any]:
     body = read_decoded_body(request)
     if not body:  # whitespace is not an empty body: it is not JSON either (a 400)
         return {}
+    # A body is labelled JSON, as the contract declares (tritonclient sends none): text, a form or no label
+    # is a 415, not read as JSON regardless.
+    require_media_type(request, ("application/json",))
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:

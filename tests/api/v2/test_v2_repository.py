@@ -56,6 +56,14 @@ def test_a_bad_index_request_is_refused_naming_the_field(
     assert_problem(response, status, field=field)
 
 
+@pytest.mark.parametrize("label", ["text/plain", "application/x-www-form-urlencoded"])
+def test_an_index_request_labelled_as_text_or_a_form_is_415(client: FlaskClient, label: str) -> None:
+    response = client.post("/v2/repository/index", data=b"{}", content_type=label)
+    assert_problem(response, 415)
+    assert response.headers["Accept-Post"] == "application/json"
+    assert client.post("/v2/repository/index", data=b"").status_code == 200  # no body: tritonclient's
+
+
 @pytest.mark.parametrize("prefix", ["", "/versions/1"])
 def test_every_model_config_states_its_metadata_in_tritons_terms(client: FlaskClient, prefix: str) -> None:
     for name in _models(client):
