@@ -108,7 +108,8 @@ class PositionalEncodingRequest:
                 raise RequestError(f"{name} is for kind sinusoidal, not rotary", field=name)
         if self.x is None:
             raise RequestError("x is required for kind rotary", field="x")
-        object.__setattr__(self, "style", choice("half" if self.style is None else self.style, RotaryStyle, field="style"))
+        style = "half" if self.style is None else self.style
+        object.__setattr__(self, "style", choice(style, RotaryStyle, field="style"))
         n, d = self.x.shape[-2:]
         if self.positions is not None and self.positions.shape[0] != n:
             raise RequestError(
@@ -130,7 +131,7 @@ class PositionalEncodingRequest:
                 answer_elements=elements,
                 compute=elements * TABLE_COST,
             )
-        assert self.x is not None and self.style is not None
+        assert self.x is not None
         dim = self.x.shape[-1] if self.dim is None else self.dim
         tables = 2 * self.rows * (dim // 2) if self.include else 0
         elements = int(self.x.size) + tables
@@ -149,7 +150,8 @@ class PositionalEncodingRequest:
             return PositionalEncodingResult(
                 encoding=sinusoidal_encoding(positions, self.d_model, base=self.base, dtype=dtype)
             )
-        assert self.x is not None and self.style is not None
+        assert self.x is not None
+        assert self.style is not None  # rotary: set in __post_init__
         dim = self.x.shape[-1] if self.dim is None else self.dim
         output = apply_rotary(self.x, positions, base=self.base, style=self.style, dim=dim, dtype=dtype)
         if not self.include:
