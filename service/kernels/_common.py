@@ -109,17 +109,31 @@ def overflow_error(what: str, dtype: FloatDType, *, field: str | None) -> Numeri
 
 
 def linear(
-    x: FloatArray, weight: FloatArray, bias: FloatArray | None, *, field: str, dtype: FloatDType
+    x: FloatArray,
+    weight: FloatArray,
+    bias: FloatArray | None,
+    *,
+    field: str,
+    dtype: FloatDType,
+    x_field: str | None = None,
+    bias_field: str | None = None,
 ) -> FloatArray:
     """``x [..., rows, a] @ weight [a, b] + bias [b]`` → ``[..., rows, b]``, with subnormals flushed (fast
-    products, see :func:`flush_subnormals`). An overflow blames ``field``, the weight: the inputs passed
-    their own checks. The one affine map of the multi-head layer's projections and the feed-forward layer.
+    products, see :func:`flush_subnormals`). The one affine map of the multi-head layer's projections and the
+    feed-forward layer.
+
+    An overflow blames ``x_field`` or ``bias_field`` when that array holds an entry beyond ``dtype`` (a
+    request's number cast to float32: x_field is None for an intermediate, which is finite), else ``field``,
+    the weight. Checked only once the result is not finite, so a finite projection pays nothing for it.
     """
     with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
         projected: FloatArray = np.matmul(x, weight)
         if bias is not None:
             projected += bias
     if not np.isfinite(projected).all():
+        for name, array in ((x_field, x), (bias_field, bias)):
+            if name is not None and array is not None and not all_finite(array):
+                raise overflow_error(name, dtype, field=name)
         raise overflow_error(f"the projection by {field}", dtype, field=field)
     return projected
 

@@ -186,16 +186,16 @@ def feed_forward(
     feed_forward_shapes(array.shape, weights)
     if not all_finite(array):  # an entry beyond float32's range became inf in the cast
         raise overflow_error("x", float_dtype, field="x")
-    hidden = linear(array, w_1, b_1, field="w_1", dtype=float_dtype)
+    hidden = linear(array, w_1, b_1, field="w_1", dtype=float_dtype, bias_field="b_1")
     activation = GATED.get(weights.activation, weights.activation)
     hidden = ACTIVATION_FUNCTIONS[activation](hidden)
     if w_3 is not None:  # the gated activations (FeedForwardWeights requires it for them, refuses it else)
-        gate = linear(array, w_3, b_3, field="w_3", dtype=float_dtype)
+        gate = linear(array, w_3, b_3, field="w_3", dtype=float_dtype, bias_field="b_3")
         with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
             hidden *= gate
         if not np.isfinite(hidden).all():
             raise overflow_error("the gated hidden activations", float_dtype, field="w_3")
-    output = linear(hidden, w_2, b_2, field="w_2", dtype=float_dtype)
+    output = linear(hidden, w_2, b_2, field="w_2", dtype=float_dtype, bias_field="b_2")
     return FeedForwardResult(output=output, hidden=hidden if "hidden" in outputs else None)
 
 

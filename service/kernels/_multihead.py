@@ -291,9 +291,12 @@ def multi_head_attention(
         weights, w_q=wq, w_k=wk, w_v=wv, w_o=wo, b_q=bq, b_k=bk, b_v=bv, b_o=bo
     )
     shapes = multi_head_shapes(x_q.shape, x_k.shape, x_v.shape, cast_weights)
-    q = _project(x_q, wq, bq, shapes.num_heads, field="w_q", dtype=float_dtype)
-    k = _project(x_k, wk, bk, shapes.num_kv_heads, field="w_k", dtype=float_dtype)
-    v = _project(x_v, wv, bv, shapes.num_kv_heads, field="w_v", dtype=float_dtype)
+    # The arrays each projection reads, by the request's names (key and value default to the query).
+    key_field = "query" if key is None else "key"
+    value_field = key_field if value is None else "value"
+    q = _project(x_q, wq, bq, shapes.num_heads, fields=("query", "w_q", "b_q"), dtype=float_dtype)
+    k = _project(x_k, wk, bk, shapes.num_kv_heads, fields=(key_field, "w_k", "b_k"), dtype=float_dtype)
+    v = _project(x_v, wv, bv, shapes.num_kv_heads, fields=(value_field, "w_v", "b_v"), dtype=float_dtype)
     per_head = options if options.enable_gqa else dataclasses.replace(options, enable_gqa=True)
     # cast: the names are checked above, and weights and scores are attention's outputs too.
     per_head_outputs = cast("frozenset[AttentionOutput]", outputs & {"weights", "scores"})
@@ -302,7 +305,7 @@ def multi_head_attention(
     concatenated = np.swapaxes(heads, -3, -2).reshape(
         *heads.shape[:-3], shapes.n, shapes.num_heads * shapes.d_v
     )
-    output = linear(concatenated, wo, bo, field="w_o", dtype=float_dtype)
+    output = linear(concatenated, wo, bo, field="w_o", dtype=float_dtype, bias_field="b_o")
     if outputs & {"q", "k"} and options.rotary is not None:
         q, k = _rotated_projections(q, k, options.rotary, options.causal_alignment)
     return MultiHeadResult(
@@ -319,10 +322,18 @@ def multi_head_attention(
 
 
 def _project(
-    x: FloatArray, weight: FloatArray, bias: FloatArray | None, heads: int, *, field: str, dtype: FloatDType
+    x: FloatArray,
+    weight: FloatArray,
+    bias: FloatArray | None,
+    heads: int,
+    *,
+    fields: tuple[str, str, str],
+    dtype: FloatDType,
 ) -> FloatArray:
-    """``x [..., rows, d] @ weight + bias`` split into heads: ``[..., heads, rows, width / heads]``."""
-    projected = linear(x, weight, bias, field=field, dtype=dtype)
+    """``x [..., rows, d] @ weight + bias`` split into heads: ``[..., heads, rows, width / heads]``.
+    ``fields`` names x, the weight and the bias, for an overflow to blame."""
+    x_field, field, bias_field = fields
+    projected = linear(x, weight, bias, field=field, dtype=dtype, x_field=x_field, bias_field=bias_field)
     rows, width = projected.shape[-2:]
     split = projected.reshape(*projected.shape[:-2], rows, heads, width // heads)
     # cast: the stubs lose a float32-or-float64 union through ascontiguousarray; the dtype is unchanged.

@@ -228,3 +228,54 @@ def test_attention_and_the_layer_with_rotary_overflow_are_422s(softcap: float | 
         },
     )
     assert assert_problem(layer, 422, field="query", says="rotary")["type"].endswith(":numerical-overflow")
+
+
+_ONE_HEAD = {
+    "w_q": [[1.0], [1.0]],
+    "w_k": [[1.0], [1.0]],
+    "w_v": [[1.0], [1.0]],
+    "w_o": [[1.0]],
+    "num_heads": 1,
+}
+_FEED_FORWARD = {"x": [[1.0, 1.0]], "w_1": [[1.0], [1.0]], "w_2": [[1.0, 1.0]]}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        # An input or a bias beyond float32's range (3.4e38) is named, not the weight it met: the weights
+        # were blamed for every overflow of a projection, the inputs said to be checked when they were not.
+        ("/v1/multi-head-attention", {"query": [[1e39, 1.0]], **_ONE_HEAD}, "query"),
+        ("/v1/multi-head-attention", {"query": [[1.0, 1.0]], "key": [[1e39, 1.0]], **_ONE_HEAD}, "key"),
+        ("/v1/multi-head-attention", {"query": [[1.0, 1.0]], "value": [[1e39, 1.0]], **_ONE_HEAD}, "value"),
+        ("/v1/multi-head-attention", {"query": [[1.0, 1.0]], **_ONE_HEAD, "b_q": [1e39]}, "b_q"),
+        ("/v1/multi-head-attention", {"query": [[1.0, 1.0]], **_ONE_HEAD, "b_o": [1e39]}, "b_o"),
+        ("/v1/multi-head-attention", {"query": [[1.0, 1.0]], **_ONE_HEAD, "w_q": [[1e39], [1.0]]}, "w_q"),
+        ("/v1/feed-forward", {**_FEED_FORWARD, "b_1": [1e39]}, "b_1"),
+        ("/v1/feed-forward", {**_FEED_FORWARD, "b_2": [1.0, 1e39]}, "b_2"),
+        ("/v1/feed-forward", {**_FEED_FORWARD, "w_1": [[1e39], [1.0]]}, "w_1"),
+        (
+            "/v1/transformer-block",
+            {
+                "x": [[1.0, 1.0]],
+                "attention": {
+                    **_ONE_HEAD,
+                    "w_q": [[1.0, 0.0], [0.0, 1.0]],
+                    "w_k": [[1.0, 0.0], [0.0, 1.0]],
+                    "w_v": [[1.0, 0.0], [0.0, 1.0]],
+                    "w_o": [[1.0, 0.0], [0.0, 1.0]],
+                    "b_q": [1e39, 0.0],
+                },
+                "feed_forward": {"w_1": [[1.0], [1.0]], "w_2": [[1.0, 1.0]]},
+            },
+            "attention.b_q",
+        ),
+    ],
+)
+def test_a_float32_overflow_names_the_input_or_bias_beyond_its_range(
+    path: str, body: dict[str, Any], field: str
+) -> None:
+    problem = assert_problem(
+        post(path, {**body, "precision": "float32"}), 422, field=field, says="overflowed"
+    )
+    assert problem["type"].endswith(":numerical-overflow")
