@@ -122,6 +122,18 @@ class AdmissionLimits:
     body_min_bytes_per_second: int
     header_timeout_seconds: float
 
+    def __post_init__(self) -> None:
+        uploads_may_hold = int(UPLOAD_SHARE * self.memory_budget_bytes)
+        if self.max_body_bytes > max(uploads_may_hold, SMALL_BODY_BYTES):
+            # A body over what uploads may hold could never be read: a 503 "try again" for ever, and every
+            # chunked body (reserved at MAX_BODY_BYTES) with it. Refused at start instead.
+            raise ValueError(
+                f"MAX_BODY_BYTES ({self.max_body_bytes:,}) is more than uploads may hold of "
+                f"MEMORY_BUDGET_BYTES ({UPLOAD_SHARE:g} × {self.memory_budget_bytes:,} = "
+                f"{uploads_may_hold:,}): no body that large could ever be read. Lower MAX_BODY_BYTES (or "
+                "leave it unset: it is then derived from the budget) or raise MEMORY_BUDGET_BYTES."
+            )
+
     @classmethod
     def from_config(cls, config: Any) -> AdmissionLimits:
         return cls(

@@ -447,3 +447,11 @@ def test_what_a_request_held_goes_back_even_when_its_answers_close_raises(app: F
         answer.close()
     assert (admission.held_bytes, admission.upload_bytes) == (0, 0)
     assert take_close_request()  # and the unread body's connection is closed all the same
+
+
+def test_a_body_limit_no_budget_could_hold_is_refused_at_start() -> None:
+    """Bodies over what uploads may hold of the budget could never be read: each would get a 503 "try again"
+    for ever, and every chunked body with them (it reserves MAX_BODY_BYTES). The app refuses to start."""
+    with pytest.raises(ValueError, match=r"MAX_BODY_BYTES \(33,554,432\).*MEMORY_BUDGET_BYTES"):
+        create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 32 * MIB, "MAX_CONTENT_LENGTH": 32 * MIB})
+    create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 32 * MIB, "MAX_CONTENT_LENGTH": 24 * MIB})  # 0.75

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import service.requests
 from service import create_app
+from service.web.admission import Reservation, admission_of
 from service.web.inference import OUTCOMES, STEPS, model_route, outcome_of
 from service.web.metrics import archive_dead_workers
 
@@ -121,16 +122,21 @@ def test_a_request_is_in_flight_while_it_computes(
 
 
 def test_refusals_count_as_their_outcome_without_steps() -> None:
-    # A budget smaller than the body: admission answers 503 from the headers, before the view runs.
-    app = create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 64, "API_KEYS": ["secret"]})
+    # A budget that other requests hold: admission answers 503 from the headers, before the view runs.
+    app = create_app({"TESTING": True, "API_KEYS": ["secret"]})
+    admission = admission_of(app)
+    assert admission is not None
+    others = Reservation(admission)
+    assert others.take(admission.limits.memory_budget_bytes)
     client = app.test_client()
     before = _samples(client)
     body = json.dumps({"logits": [[1.0] * 40]})
     keyed = {"Authorization": "Bearer secret"}
-    assert (
-        client.post("/v1/softmax", data=body, content_type="application/json", headers=keyed).status_code
-        == 503
-    )
+    try:
+        refused = client.post("/v1/softmax", data=body, content_type="application/json", headers=keyed)
+        assert refused.status_code == 503
+    finally:
+        others.release()
     assert client.post("/v1/softmax", json=SOFTMAX).status_code == 401
     delta = Delta(before, _samples(client))
     v1 = {"model": "softmax", "protocol": "v1"}

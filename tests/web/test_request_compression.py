@@ -20,6 +20,7 @@ from flask.testing import FlaskClient
 
 from service import create_app
 from service.settings import MIB
+from service.web.admission import Reservation, admission_of
 from service.web.encodings import INFLATE_STEP, inflate
 from tests.problems import assert_problem
 
@@ -192,18 +193,28 @@ def test_a_zip_bomb_is_413_holding_no_more_than_the_limit(path: str) -> None:
 
 
 def test_the_inflated_body_is_held_from_the_memory_budget() -> None:
-    # A plain body of 2 MiB does not fit a 1 MiB budget (503 overloaded before it is read); the same body
-    # compressed to a few KB gets the same answer once it is inflated past what the budget can hold.
-    client = _client(MEMORY_BUDGET_BYTES=MIB, MAX_CONTENT_LENGTH=4 * MIB)
+    # With 7 of an 8 MiB budget held by other uploads, a plain body of 2 MiB does not fit (503 overloaded
+    # before it is read); the same body compressed to a few KB gets the same answer once it is inflated past
+    # what the budget can hold.
+    app = create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 8 * MIB, "MAX_CONTENT_LENGTH": 4 * MIB})
+    admission = admission_of(app)
+    assert admission is not None
+    others = [Reservation(admission) for _ in range(2)]
+    assert all(other.take(3 * MIB, upload=True) for other in others)
+    client = app.test_client()
     body = _padded_softmax(2 * MIB)
-    plain = client.post("/v1/softmax", data=body, content_type="application/json")
-    assert_problem(plain, 503, says="MEMORY_BUDGET_BYTES")
-    compressed = _post_compressed(client, "/v1/softmax", gzip.compress(body), "gzip")
-    problem = assert_problem(compressed, 503, says="MEMORY_BUDGET_BYTES")
-    assert problem["type"].endswith(":overloaded")
-    assert compressed.headers["Retry-After"]
-    small = _post_compressed(client, "/v1/softmax", gzip.compress(_padded_softmax(1000)), "gzip")
-    assert small.status_code == 200  # what the refused request held was given back
+    try:
+        plain = client.post("/v1/softmax", data=body, content_type="application/json")
+        assert_problem(plain, 503, says="MEMORY_BUDGET_BYTES")
+        compressed = _post_compressed(client, "/v1/softmax", gzip.compress(body), "gzip")
+        problem = assert_problem(compressed, 503, says="MEMORY_BUDGET_BYTES")
+        assert problem["type"].endswith(":overloaded")
+        assert compressed.headers["Retry-After"]
+        small = _post_compressed(client, "/v1/softmax", gzip.compress(_padded_softmax(1000)), "gzip")
+        assert small.status_code == 200  # what the refused request held was given back
+    finally:
+        for other in others:
+            other.release()
 
 
 def test_inflate_holds_each_step_before_inflating_it() -> None:
