@@ -8,6 +8,7 @@ needs to read it when every origin is allowed, and one JSON access-log line on s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -70,7 +71,9 @@ def log_answer(
         "pid": os.getpid(),
         "answered_by": "gunicorn",
     }
-    print(json.dumps(line, separators=(",", ":")), flush=True)
+    # A line that cannot be written (a pipe gone) is lost, as the app's are, and costs no answer.
+    with contextlib.suppress(OSError, ValueError):
+        print(json.dumps(line, separators=(",", ":")), flush=True)
 
 
 def write_problem(

@@ -48,6 +48,7 @@ from gunicorn.workers.ggevent import GeventWorker
 from service.server.problems import write_problem
 from service.web.admission import Admission, admission_of, refusal_before_body
 from service.web.connection import on_close_request, on_stall_watch, take_close_request
+from service.web.inference import count_server_answer
 from service.web.problems import Problem
 from service.web.statuses import status_phrase
 
@@ -262,11 +263,15 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
+        started = time.perf_counter()
         self.served.add(gevent.getcurrent())
         if self.close_after_each_answer:
             req.must_close = True  # the answer says "Connection: close", and gunicorn closes after it
         refusal = self._refusal_before_continue(req)
         if refusal is not None:
+            assert isinstance(self.wsgi, Flask)  # a refusal comes from the app's admission
+            seconds = time.perf_counter() - started
+            count_server_answer(self.wsgi, req.method, req.path, refusal.status, seconds)
             write_problem(
                 sock,
                 refusal.status,

@@ -219,15 +219,20 @@ def install_metrics(app: Flask) -> None:
 
 
 def _observe(request: Request, g: RequestGlobals, response: Response) -> Response:
-    endpoint = route_of(request)
-    labels = (endpoint, method_label(request.method), status_label(response.status_code))
-    latency, requests, body_bytes = _children(labels)
-    seconds = seconds_since_start(g)
+    count_answer(
+        route_of(request), request.method, response.status_code, seconds_since_start(g), bytes_read(request)
+    )
+    return response
+
+
+def count_answer(endpoint: str, method: str, status: int, seconds: float | None, body_bytes: int) -> None:
+    """Count one answer: the app's own (after each request), or one the server wrote for it (see
+    :func:`service.web.inference.count_server_answer`). ``endpoint`` is a route template or UNMATCHED."""
+    latency, requests, body = _children((endpoint, method_label(method), status_label(status)))
     if seconds is not None:
         latency.observe(seconds)
     requests.inc()
-    body_bytes.observe(bytes_read(request))
-    return response
+    body.observe(body_bytes)
 
 
 # The labelled children, looked up once per label set: ``labels()`` validates and hashes its arguments and
