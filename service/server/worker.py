@@ -157,6 +157,14 @@ class IdleConnections:
         assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
         return _Wait(self, timeout)
 
+    def end_head_waits(self) -> int:
+        """End every wait for a request head at once (their connections close); how many were ended."""
+        heads = [wait for wait in self.waiting if isinstance(wait, _HeadWait)]
+        loop = gevent.get_hub().loop
+        for wait in heads:
+            loop.run_callback(wait.end_now)
+        return len(heads)
+
     def close_longest_idle(self, count: int) -> int:
         """End up to ``count`` waits that lasted :data:`MIN_IDLE_SECONDS` or more; how many were ended."""
         now = time.monotonic()
@@ -250,6 +258,12 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             over = self.open_connections - self.crowded_above
             if over > 0:
                 self.idle.close_longest_idle(over)
+        # Stopping (SIGTERM, or recycled after GUNICORN_MAX_REQUESTS): gunicorn waits for every connection
+        # before the worker exits, and one kept alive between requests would wait GUNICORN_KEEPALIVE (75 s)
+        # for a head that may never come, so the stop took the whole GUNICORN_GRACEFUL_TIMEOUT (20 s) and a
+        # recycled worker's place stayed empty that long. Those connections are closed now, as nginx closes
+        # its idle ones when it stops; requests in flight still finish.
+        self.idle.end_head_waits()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         self.open_connections += 1

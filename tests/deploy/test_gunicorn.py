@@ -227,3 +227,33 @@ def test_a_killed_worker_is_replaced_while_the_service_keeps_answering() -> None
         assert len(server.worker_pids() - before) == 1
     finally:
         assert server.terminate() == 0, server.log()
+
+
+def test_a_stop_closes_kept_alive_connections_instead_of_waiting_out_the_grace_period() -> None:
+    """A connection kept alive between requests waits for a head that may never come; gunicorn waits for
+    every connection before a stopping worker exits, so one idle client made every stop (and every
+    recycling after GUNICORN_MAX_REQUESTS) last GUNICORN_GRACEFUL_TIMEOUT."""
+    server = start(env={"GUNICORN_GRACEFUL_TIMEOUT": "30"}, workers=1)
+    body = json.dumps(SEED).encode()
+    try:
+        _stop_while_kept_alive(server, body)
+    finally:
+        assert server.terminate() == 0, server.log()
+
+
+def _stop_while_kept_alive(server: Server, body: bytes) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        answer = b""
+        while b"empty_rows" not in answer:  # the whole answer: the connection is now idle, kept alive
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        server.process.send_signal(signal.SIGTERM)
+        # The server closes it (the recv returns b"") long before the 30 s of grace: this socket's 15 s
+        # timeout raises if it does not.
+        assert sock.recv(65536) == b""
