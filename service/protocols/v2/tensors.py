@@ -273,7 +273,14 @@ def _json_tensor(
             raise invalid(f"data holds {outside}, outside the range of {datatype}.", field=name)
     if array.dtype != dtype:
         with np.errstate(over="ignore"):
-            array = array.astype(dtype)  # FP32 entries beyond its range become inf: refused as non-finite
+            cast = array.astype(dtype)  # an FP32 entry beyond its range becomes inf
+        if dtype.kind == "f" and cast.size and not np.isfinite(cast).all():
+            outside = array.ravel()[np.argmin(np.isfinite(cast).ravel())]
+            raise invalid(
+                f"data holds {outside:.6g}, beyond the range of {datatype} (±{np.finfo(dtype).max:.6g}).",
+                field=name,
+            )
+        array = cast
     return array.reshape(shape)
 
 
