@@ -36,6 +36,7 @@ import contextlib
 import functools
 import socket
 import time
+import urllib.parse
 import weakref
 from typing import Any
 
@@ -233,6 +234,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         return self.admission.limits.header_timeout_seconds
 
     def timeout_ctx(self) -> _HeadWait:
+        if not self.alive:
+            # Stopping: no new request on this connection (one in flight as the stop began answered
+            # keep-alive, and one accepted just before the listener closed has not sent its head yet), so
+            # the connection closes now instead of holding the stop for GUNICORN_GRACEFUL_TIMEOUT.
+            return self.idle.wait(0.0)
         first = gevent.getcurrent() not in self.served
         return self.idle.wait(self.header_timeout() if first else float(self.cfg.keepalive))
 
@@ -283,9 +289,6 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             req.must_close = True  # the answer says "Connection: close", and gunicorn closes after it
         refusal = self._refusal_before_continue(req)
         if refusal is not None:
-            assert isinstance(self.wsgi, Flask)  # a refusal comes from the app's admission
-            seconds = time.perf_counter() - started
-            count_server_answer(self.wsgi, req.method, req.path, refusal.status, seconds)
             write_problem(
                 sock,
                 refusal.status,
@@ -296,6 +299,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 method=req.method,
                 path=req.path,
             )
+            self._count_refusal(req, refusal.status, time.perf_counter() - started)
             linger(sock)
             raise StopIteration()  # gunicorn's handle() closes the connection: the body is never read
         # must_close (of gunicorn's request message) makes the answer say "Connection: close" and ends the
@@ -321,6 +325,16 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # Other connections that are ready go first, then this one reads its next request.
         gevent.sleep(0)
         return handled
+
+    def _count_refusal(self, req: Any, status: int, seconds: float) -> None:
+        """Count a refusal the worker answered in the app's metrics; the answer has gone already, and a
+        metrics write that fails (its directory full) costs the count, not the answer."""
+        assert isinstance(self.wsgi, Flask)  # a refusal comes from the app's admission
+        path = urllib.parse.unquote(req.path, encoding="latin-1")  # decoded, as the app routes it (PEP 3333)
+        try:
+            count_server_answer(self.wsgi, req.method, path, status, seconds)
+        except Exception:
+            self.log.exception("could not count a refusal in the metrics")
 
     def _refusal_before_continue(self, req: Any) -> Problem | None:
         """The app's refusal of an ``Expect: 100-continue`` body, decided from its headers; None to go on."""

@@ -229,31 +229,41 @@ def test_a_killed_worker_is_replaced_while_the_service_keeps_answering() -> None
         assert server.terminate() == 0, server.log()
 
 
-def test_a_stop_closes_kept_alive_connections_instead_of_waiting_out_the_grace_period() -> None:
+@pytest.mark.parametrize("in_flight", [False, True], ids=["idle", "in-flight"])
+def test_a_stop_closes_kept_alive_connections_instead_of_waiting_out_the_grace_period(
+    in_flight: bool,
+) -> None:
     """A connection kept alive between requests waits for a head that may never come; gunicorn waits for
     every connection before a stopping worker exits, so one idle client made every stop (and every
-    recycling after GUNICORN_MAX_REQUESTS) last GUNICORN_GRACEFUL_TIMEOUT."""
-    server = start(env={"GUNICORN_GRACEFUL_TIMEOUT": "30"}, workers=1)
-    body = json.dumps(SEED).encode()
+    recycling after GUNICORN_MAX_REQUESTS) last GUNICORN_GRACEFUL_TIMEOUT. So did one whose request was in
+    flight as the stop began: its answer said keep-alive, and the connection then waited for the next."""
+    server = start(slow_app.APP, env={"GUNICORN_GRACEFUL_TIMEOUT": "30"}, workers=1)
     try:
-        _stop_while_kept_alive(server, body)
+        _stop_while_kept_alive(server, in_flight=in_flight)
     finally:
         assert server.terminate() == 0, server.log()
 
 
-def _stop_while_kept_alive(server: Server, body: bytes) -> None:
+def _stop_while_kept_alive(server: Server, *, in_flight: bool) -> None:
+    body = json.dumps(SEED).encode()
+    delay = b"X-Test-Delay: 1.5\r\n" if in_flight else b""
     with socket.create_connection(("127.0.0.1", server.port), timeout=15) as sock:
         sock.sendall(
             b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+            + delay
+            + b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
         )
+        if in_flight:
+            server.wait_for(lambda: server.stderr_contains("test delay: holding"), "the request in flight")
+            server.process.send_signal(signal.SIGTERM)
         answer = b""
-        while b"empty_rows" not in answer:  # the whole answer: the connection is now idle, kept alive
+        while b"empty_rows" not in answer:  # the whole answer: the connection is then kept alive
             chunk = sock.recv(65536)
             assert chunk, answer
             answer += chunk
         assert answer.startswith(b"HTTP/1.1 200"), answer
-        server.process.send_signal(signal.SIGTERM)
+        if not in_flight:
+            server.process.send_signal(signal.SIGTERM)
         # The server closes it (the recv returns b"") long before the 30 s of grace: this socket's 15 s
         # timeout raises if it does not.
         assert sock.recv(65536) == b""
