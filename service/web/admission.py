@@ -234,9 +234,15 @@ class _Job(Generic[T]):
     def __init__(self, function: Callable[[], T]) -> None:
         self._function: Callable[[], T] | None = function
 
+    def cancel(self) -> None:
+        """Let go of the function unrun: a pool that failed to start a thread for it keeps it queued, and a
+        later thread would run it after its request had been answered, with its slot and memory given back."""
+        self._function = None
+
     def __call__(self) -> _Outcome[T]:
         function, self._function = self._function, None
-        assert function is not None, "a job runs once"
+        if function is None:
+            return _Outcome(error=RuntimeError("the job was cancelled before it ran"))
         try:
             return _Outcome(value=function())
         except Exception as error:
@@ -355,14 +361,17 @@ class Admission:
                 return compute()
             finally:
                 self._leave(token, started, cpu_seconds)
+        job = _Job(compute)
         try:
             if self._pool is None:
                 self._pool = ThreadPool(self.limits.compute_slots)
-            result = self._pool.spawn(_Job(compute))
+            result = self._pool.spawn(job)
         except BaseException:
             # No thread to run it (e.g. "can't start new thread" under a pids or address-space limit): the
-            # slot goes back, or every later computation would wait for it until the worker is recycled.
-            self._leave(token, started, cpu_seconds)
+            # slot goes back, or every later computation would wait for it until the worker is recycled;
+            # the job, which the pool may keep queued for a later thread, will not run; nothing is learnt.
+            job.cancel()
+            self._leave(token, started, cpu_seconds, learn=False)
             raise
         try:
             outcome: _Outcome[T] = result.get(timeout=self.limits.compute_deadline_seconds)
@@ -441,13 +450,15 @@ class Admission:
                 return False
         return False
 
-    def _leave(self, token: _Waiter, started: float, cpu_seconds: float) -> None:
+    def _leave(self, token: _Waiter, started: float, cpu_seconds: float, *, learn: bool = True) -> None:
         seconds = time.monotonic() - started
         with self._changed:
             self.busy_slots -= 1
             self._running.pop(token, None)
             # Moving averages: the newest computation counts for a fifth.
-            if cpu_seconds < LEARN_SPEED_FROM_SECONDS:
+            if not learn:
+                pass
+            elif cpu_seconds < LEARN_SPEED_FROM_SECONDS:
                 self.seconds_per_call += (seconds - self.seconds_per_call) / 5
             else:
                 speed = max(0.0, seconds - self.seconds_per_call) / cpu_seconds

@@ -406,21 +406,36 @@ def test_a_request_leaving_the_queue_removes_itself_not_an_equal_one() -> None:
     assert admission.busy_slots == 0
 
 
-def test_a_computation_whose_thread_cannot_start_gives_its_slot_back(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_computation_whose_thread_cannot_start_gives_its_slot_back_and_never_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gevent's pool queues the task before it starts a thread for it: when the thread cannot start (a pids
+    or address-space limit), the task stays queued for the next thread, which would run it after its request
+    was answered and its slot and memory given back."""
     import service.web.admission as admission_module
+
+    queued: list[Any] = []
 
     class NoThreads:
         def __init__(self, size: int) -> None:
+            pass
+
+        def spawn(self, job: Any) -> None:
+            queued.append(job)
             raise RuntimeError("can't start new thread")
 
     monkeypatch.setattr(admission_module, "under_gevent", lambda: True)
     monkeypatch.setattr(admission_module, "ThreadPool", NoThreads)
     admission = Admission(limits())
     reservation = Reservation(admission)
+    ran: list[str] = []
     with pytest.raises(RuntimeError, match="can't start new thread"):
-        admission.run(lambda: "x", cpu_seconds=1.0, memory_bytes=MIB, reservation=reservation)
+        admission.run(lambda: ran.append("x"), cpu_seconds=1.0, memory_bytes=MIB, reservation=reservation)
     reservation.release()
     assert (admission.busy_slots, admission.held_bytes, admission.has_free_slot()) == (0, 0, True)
+    (job,) = queued
+    job()  # a thread that starts later runs what the pool kept queued
+    assert ran == []
 
 
 def test_what_a_request_held_goes_back_even_when_its_answers_close_raises(app: Flask) -> None:

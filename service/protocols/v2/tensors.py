@@ -277,7 +277,7 @@ def _json_tensor(
         if dtype.kind == "f" and cast.size and not np.isfinite(cast).all():
             outside = array.ravel()[np.argmin(np.isfinite(cast).ravel())]
             raise invalid(
-                f"data holds {outside:.6g}, beyond the range of {datatype} (±{np.finfo(dtype).max:.6g}).",
+                f"data holds {outside:.9g}, beyond the range of {datatype} (±{np.finfo(dtype).max:.9g}).",
                 field=name,
             )
         array = cast

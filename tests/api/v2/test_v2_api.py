@@ -839,9 +839,10 @@ def test_binary_data_stays_the_output_parameter_it_was(client: FlaskClient) -> N
     assert binary == {"argmax": True, "entropy": False, "temperature": False, "probabilities": False}
 
 
-@pytest.mark.parametrize("value", [1e39, -3.5e38])
+@pytest.mark.parametrize("value", [1e39, -3.5e38, 3.4028236e38])  # the last just past FP32's largest
 def test_fp32_json_data_beyond_fp32_is_named_as_such(client: FlaskClient, value: float) -> None:
     # It became inf in the cast and was refused as "a non-finite number (NaN or Infinity)", which it is not.
     inputs = [{"name": "logits", "shape": [2], "datatype": "FP32", "data": [1.0, value]}]
     response = client.post("/v2/models/softmax/infer", json={"inputs": inputs})
-    assert_problem(response, 422, field="logits", says=f"{value:.6g}, beyond the range of FP32")
+    problem = assert_problem(response, 422, field="logits", says=f"{value:.9g}, beyond the range of FP32")
+    assert "(±3.40282347e+38)" in problem["detail"]
