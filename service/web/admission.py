@@ -255,7 +255,9 @@ class _Job(Generic[T]):
 @dataclass(eq=False)  # each waiter is itself: the queue removes and finds it by identity, never by value
 class _Waiter:
     estimate: float
-    memory_bytes: int
+    memory_bytes: int  # what it needs to start, beyond what it holds
+    held_bytes: int = 0  # what its request holds while it waits (its body), given back only once answered
+    refused_for: _Waiter | None = None  # the request ahead that needs what this one holds (see _make_room)
 
 
 class Admission:
@@ -349,7 +351,7 @@ class Admission:
         estimate = self.estimate_seconds(cpu_seconds)
         # What the request already holds (its body) is part of what it needs to compute.
         memory_bytes = max(0, min(memory_bytes, self.large_request_budget()) - reservation.held_bytes)
-        token = self._enter(estimate, memory_bytes)
+        token = self._enter(estimate, memory_bytes, holding=reservation.held_bytes)
         started = time.monotonic()
         with self._lock:
             self._running[token] = (started, estimate)
@@ -394,11 +396,11 @@ class Admission:
         self._leave(token, started, cpu_seconds)
         return outcome.unwrap()
 
-    def _enter(self, estimate: float, memory_bytes: int) -> _Waiter:
+    def _enter(self, estimate: float, memory_bytes: int, *, holding: int = 0) -> _Waiter:
         """Wait for a slot and the memory, first come first served (see :meth:`_turn_of`); a 503 when that
-        cannot be soon enough."""
+        cannot be soon enough. ``holding``: what the request holds already while it waits."""
         limits = self.limits
-        waiter = _Waiter(estimate, memory_bytes)
+        waiter = _Waiter(estimate, memory_bytes, holding)
         with self._changed:
             now = time.monotonic()
             wait = self.predicted_wait(now)
@@ -415,9 +417,19 @@ class Admission:
                     wait,
                 )
             self._queue.append(waiter)
+            # What this request holds now counts as held by the queue: a head waiting for memory may make
+            # room from it (see _make_room), so it looks again.
+            self._wake_waiters()
             deadline = now + limits.compute_queue_seconds
             try:
                 while not self._turn_of(waiter):
+                    if waiter.refused_for is not None:
+                        raise overloaded(
+                            f"The request ahead of this one on this worker needs the {memory_bytes:,} bytes "
+                            "of the memory budget that this one holds while it waits (MEMORY_BUDGET_BYTES), "
+                            "and nothing else would give them back; try again once it has run.",
+                            waiter.refused_for.estimate,
+                        )
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise overloaded(
@@ -441,14 +453,44 @@ class Admission:
         lets those behind it that can run go ahead, rather than wait for memory they hold: the bodies of the
         requests queued behind it count against the budget, and a request at the work limit needs nearly
         all of it (two of them queued on one worker refused the first with a 503 while nothing ran)."""
-        if self.busy_slots >= self.limits.compute_slots:
+        if self.busy_slots >= self.limits.compute_slots or waiter.refused_for is not None:
             return False
         for ahead in self._queue:
             if ahead is waiter:
-                return self._try_hold_locked(waiter.memory_bytes, upload=False, computation=True)
+                if self._try_hold_locked(waiter.memory_bytes, upload=False, computation=True):
+                    return True
+                if self._queue[0] is waiter:
+                    self._make_room(waiter)
+                return False
             if self.fits(ahead.memory_bytes, upload=False, computation=True):
                 return False
         return False
+
+    def _make_room(self, head: _Waiter) -> None:
+        """With the lock held and a slot free: when no queued request can start, and ``head`` would fit but
+        for what the requests queued behind it hold (their bodies, given back only once they are answered),
+        refuse those, the latest first, until it would, rather than let every one wait out its deadline.
+        Two requests at the work limit need nearly the whole budget each: queued together, neither fitted
+        while the other held its body, and the first was refused after COMPUTE_QUEUE_SECONDS with nothing
+        running."""
+        if any(
+            self.fits(queued.memory_bytes, upload=False, computation=True)
+            for queued in self._queue
+            if queued is not head and queued.refused_for is None
+        ):
+            return  # one behind can start now, and then give back what it holds: it goes first
+        behind = [queued for queued in self._queue if queued is not head and queued.held_bytes]
+        if not self.fits(
+            head.memory_bytes - sum(queued.held_bytes for queued in behind), upload=False, computation=True
+        ):
+            return  # what holds the memory is not queued (uploads being read, answers being written): wait
+        freed = 0
+        for queued in reversed(behind):
+            if self.fits(head.memory_bytes - freed, upload=False, computation=True):
+                break
+            queued.refused_for = head
+            freed += queued.held_bytes
+        self._changed.notify_all()
 
     def _leave(self, token: _Waiter, started: float, cpu_seconds: float, *, learn: bool = True) -> None:
         seconds = time.monotonic() - started

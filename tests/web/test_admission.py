@@ -470,3 +470,60 @@ def test_a_body_limit_no_budget_could_hold_is_refused_at_start() -> None:
     with pytest.raises(ValueError, match=r"MAX_BODY_BYTES \(33,554,432\).*MEMORY_BUDGET_BYTES"):
         create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 32 * MIB, "MAX_CONTENT_LENGTH": 32 * MIB})
     create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 32 * MIB, "MAX_CONTENT_LENGTH": 24 * MIB})  # 0.75
+
+
+@pytest.mark.parametrize("slot_busy", [True, False], ids=["slot-busy", "slot-free"])
+def test_two_requests_at_the_work_limit_do_not_wait_out_each_others_deadline(slot_busy: bool) -> None:
+    """Each needs nearly the whole budget and holds its body while it waits: neither fitted while the other
+    was queued, so the first was refused after COMPUTE_QUEUE_SECONDS with nothing running, and only then
+    did the second run. Now the one behind is refused at once, and the first runs once its body is back.
+    With the slot free, the second's body is read while the first already waits for memory."""
+    admission = Admission(limits(compute_queue_seconds=30.0))
+    blocker = Blocker()
+    runner = threading.Thread(
+        target=admission.run,
+        args=(blocker,),
+        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
+    )
+    if slot_busy:
+        runner.start()  # holds the slot while both queue
+        assert blocker.started.wait(10)
+    limit = 10 * admission.limits.memory_budget_bytes  # capped at what computations may hold
+    ran: list[str] = []
+    outcomes: dict[str, object] = {}
+    refused_while_first_waited = threading.Event()
+    bodies = {name: Reservation(admission) for name in ("first", "second")}
+    assert bodies["second"].take(2 * MIB, upload=True)  # being read while the first queues
+
+    def request(name: str) -> None:
+        reservation = bodies[name]
+        if name == "first":
+            assert reservation.take(2 * MIB, upload=True)  # its body, read before it queues
+        try:
+            outcomes[name] = admission.run(
+                lambda: ran.append(name), cpu_seconds=0.0, memory_bytes=limit, reservation=reservation
+            )
+        except Problem as problem:
+            outcomes[name] = (problem.status, problem.slug, "Retry-After" in problem.headers)
+            refused_while_first_waited.set()
+        finally:
+            reservation.release()  # its answer sent
+
+    first = threading.Thread(target=request, args=("first",))
+    first.start()
+    wait_until_queued(admission, 1)
+    second = threading.Thread(target=request, args=("second",))
+    second.start()
+    wait_until_queued(admission, 2)
+    blocker.release.set()  # the slot frees: the first cannot start while the second holds its body
+    assert refused_while_first_waited.wait(10)  # far inside the 30 s the first may wait
+    for thread in (runner, first, second) if slot_busy else (first, second):
+        thread.join(10)
+    assert outcomes == {"second": (503, "overloaded", True), "first": None}
+    assert ran == ["first"]
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
