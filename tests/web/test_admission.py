@@ -97,18 +97,34 @@ class Blocker:
         return "done"
 
 
-@pytest.fixture
-def busy_admission() -> Iterator[tuple[Admission, Blocker]]:
-    """An admission whose one slot is taken by a computation predicted to run a long time."""
-    admission = Admission(limits(compute_queue_seconds=0.5))
+def hold_a_slot(
+    admission: Admission,
+    *,
+    cpu_seconds: float = 0.0,
+    memory_bytes: int = 0,
+    reservation: Reservation | None = None,
+) -> tuple[Blocker, threading.Thread]:
+    """A computation that has started in one of ``admission``'s slots and holds it until released."""
     blocker = Blocker()
     runner = threading.Thread(
         target=admission.run,
         args=(blocker,),
-        kwargs={"cpu_seconds": 120.0, "memory_bytes": MIB, "reservation": Reservation(admission)},
+        kwargs={
+            "cpu_seconds": cpu_seconds,
+            "memory_bytes": memory_bytes,
+            "reservation": Reservation(admission) if reservation is None else reservation,
+        },
     )
     runner.start()
     assert blocker.started.wait(10)
+    return blocker, runner
+
+
+@pytest.fixture
+def busy_admission() -> Iterator[tuple[Admission, Blocker]]:
+    """An admission whose one slot is taken by a computation predicted to run a long time."""
+    admission = Admission(limits(compute_queue_seconds=0.5))
+    blocker, runner = hold_a_slot(admission, cpu_seconds=120.0, memory_bytes=MIB)
     yield admission, blocker
     blocker.release.set()
     runner.join(10)
@@ -224,15 +240,8 @@ def test_readyz_is_not_ready_while_every_compute_slot_is_busy(app: Flask) -> Non
     admission = admission_of(app)
     assert admission is not None
     assert client.get("/readyz").status_code == 200
-    blocker = Blocker()
-    runner = threading.Thread(
-        target=admission.run,
-        args=(blocker,),
-        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
-    )
-    runner.start()
+    blocker, runner = hold_a_slot(admission)
     try:
-        assert blocker.started.wait(10)
         answer = client.get("/readyz")
         assert_problem(answer, 503)
         assert answer.json is not None
@@ -286,16 +295,9 @@ def test_the_worked_example_finds_room_while_the_largest_computation_runs(app: F
     admission = admission_of(app)
     assert admission is not None
     budget = admission.limits.memory_budget_bytes
-    blocker = Blocker()
     heavy = Reservation(admission)
-    runner = threading.Thread(
-        target=admission.run,
-        args=(blocker,),
-        kwargs={"cpu_seconds": 1.0, "memory_bytes": 10 * budget, "reservation": heavy},
-    )
-    runner.start()
+    blocker, runner = hold_a_slot(admission, cpu_seconds=1.0, memory_bytes=10 * budget, reservation=heavy)
     try:
-        assert blocker.started.wait(10)
         assert admission.held_bytes >= budget // 2
         with client.post("/v1/attention", json=SEED) as seed:
             assert seed.status_code == 200
@@ -328,14 +330,7 @@ def test_a_request_waiting_for_memory_lets_one_queued_behind_it_that_fits_go_fir
     budget = admission.large_request_budget()
     ran: list[str] = []
     outcomes: dict[str, object] = {}
-    blocker = Blocker()
-    runner = threading.Thread(
-        target=admission.run,
-        args=(blocker,),
-        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
-    )
-    runner.start()  # holds the slot while both queue
-    assert blocker.started.wait(10)
+    blocker, runner = hold_a_slot(admission)  # holds the slot while both queue
     second_body = Reservation(admission)
     assert second_body.take(4 * MIB, upload=True)
 
@@ -372,14 +367,7 @@ def test_a_request_leaving_the_queue_removes_itself_not_an_equal_one() -> None:
     """Queued requests with the same estimate are different requests: the one that leaves (refused at its
     own, earlier deadline here) must not take another's place in the queue with it."""
     admission = Admission(limits(compute_queue_seconds=10.0))
-    blocker = Blocker()
-    runner = threading.Thread(
-        target=admission.run,
-        args=(blocker,),
-        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
-    )
-    runner.start()
-    assert blocker.started.wait(10)
+    blocker, runner = hold_a_slot(admission)
     outcomes: dict[str, object] = {}
 
     def request(name: str) -> None:
@@ -479,15 +467,7 @@ def test_two_requests_at_the_work_limit_do_not_wait_out_each_others_deadline(slo
     did the second run. Now the one behind is refused at once, and the first runs once its body is back.
     With the slot free, the second's body is read while the first already waits for memory."""
     admission = Admission(limits(compute_queue_seconds=30.0))
-    blocker = Blocker()
-    runner = threading.Thread(
-        target=admission.run,
-        args=(blocker,),
-        kwargs={"cpu_seconds": 0.0, "memory_bytes": 0, "reservation": Reservation(admission)},
-    )
-    if slot_busy:
-        runner.start()  # holds the slot while both queue
-        assert blocker.started.wait(10)
+    holder = hold_a_slot(admission) if slot_busy else None  # holds the slot while both queue
     limit = 10 * admission.limits.memory_budget_bytes  # capped at what computations may hold
     ran: list[str] = []
     outcomes: dict[str, object] = {}
@@ -514,10 +494,12 @@ def test_two_requests_at_the_work_limit_do_not_wait_out_each_others_deadline(slo
     wait_until_queued(admission, 1)
     second = threading.Thread(target=request, args=("second",))
     second.start()
-    wait_until_queued(admission, 2)
-    blocker.release.set()  # the slot frees: the first cannot start while the second holds its body
+    if holder is not None:
+        wait_until_queued(admission, 2)  # (with the slot free, the second is refused as soon as it queues)
+        holder[0].release.set()  # the slot frees: the first cannot start while the second holds its body
+        holder[1].join(10)
     assert refused_while_first_waited.wait(10)  # far inside the 30 s the first may wait
-    for thread in (runner, first, second) if slot_busy else (first, second):
+    for thread in (first, second):
         thread.join(10)
     assert outcomes == {"second": (503, "overloaded", True), "first": None}
     assert ran == ["first"]
