@@ -11,12 +11,13 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
   uploads nor the largest computation keeps the worked example out.
 - **Compute slots** (``COMPUTE_SLOTS``, one per worker by default; work estimated at most
   :data:`NO_SLOT_SECONDS` needs none and runs at once) behind a bounded queue
-  (``COMPUTE_QUEUE_LENGTH``). Under the gevent worker a kernel runs on a real thread, so the worker's event
-  loop goes on reading other connections, answering probes and beating gunicorn's heartbeat while it
-  computes. A request that finds the queue full, or whose predicted wait is over
-  ``COMPUTE_QUEUE_SECONDS``, gets a 503 ``overloaded`` with ``Retry-After`` at once (and when a prediction
-  proves wrong, once that long has passed); one whose computation outlives ``COMPUTE_DEADLINE_SECONDS`` gets
-  a 504, while its thread finishes on its own and only then frees the slot and the request's memory.
+  (``COMPUTE_QUEUE_LENGTH``), first come first served but for memory (:meth:`Admission._turn_of`). Under
+  the gevent worker a kernel runs on a real thread, so the worker's event loop goes on reading other
+  connections, answering probes and beating gunicorn's heartbeat while it computes. A request that finds
+  the queue full, or whose predicted wait is over ``COMPUTE_QUEUE_SECONDS``, gets a 503 ``overloaded`` with
+  ``Retry-After`` at once (and when a prediction proves wrong, once that long has passed); one whose
+  computation outlives ``COMPUTE_DEADLINE_SECONDS`` gets a 504, while its thread finishes on its own and only
+  then frees the slot and the request's memory.
 - **A minimum rate for each body**: after ``BODY_TIMEOUT_SECONDS`` of grace it must keep up with
   ``BODY_MIN_BYTES_PER_SECOND`` (so all of it arrives within the grace plus its length at that rate). A body
   that falls behind (a lying ``Content-Length``, a client that stalls) is answered 408.
@@ -493,19 +494,23 @@ class Admission:
         self._changed.notify_all()
 
     def _leave(self, token: _Waiter, started: float, cpu_seconds: float, *, learn: bool = True) -> None:
+        """Give the slot back; ``learn`` from how long the computation took (not from one that never ran)."""
         seconds = time.monotonic() - started
         with self._changed:
             self.busy_slots -= 1
             self._running.pop(token, None)
-            # Moving averages: the newest computation counts for a fifth.
-            if not learn:
-                pass
-            elif cpu_seconds < LEARN_SPEED_FROM_SECONDS:
-                self.seconds_per_call += (seconds - self.seconds_per_call) / 5
-            else:
-                speed = max(0.0, seconds - self.seconds_per_call) / cpu_seconds
-                self.speed += (speed - self.speed) / 5
+            if learn:
+                self._learn(seconds, cpu_seconds)
             self._wake_waiters()
+
+    def _learn(self, seconds: float, cpu_seconds: float) -> None:
+        """Moving averages, the newest computation counting for a fifth: the fixed cost per call from small
+        computations, the speed from the others."""
+        if cpu_seconds < LEARN_SPEED_FROM_SECONDS:
+            self.seconds_per_call += (seconds - self.seconds_per_call) / 5
+        else:
+            speed = max(0.0, seconds - self.seconds_per_call) / cpu_seconds
+            self.speed += (speed - self.speed) / 5
 
     def _wake_waiters(self) -> None:
         """With the lock held: wake the requests queued for a slot or memory, if any. Only queued requests
