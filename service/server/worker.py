@@ -110,9 +110,10 @@ class _Wait:
 class _HeadWait(_Wait):
     """``with`` it around reading a request head: a timeout that the worker can also fire early."""
 
-    def __init__(self, waits: IdleConnections, seconds: float) -> None:
+    def __init__(self, waits: IdleConnections, seconds: float, *, kept_alive: bool) -> None:
         # False: when it fires the with block just ends, and gunicorn closes the connection
         super().__init__(waits, gevent.Timeout(seconds, False))
+        self.kept_alive = kept_alive  # a connection served before, waiting for its next request
 
     def __enter__(self) -> _HeadWait:
         super().__enter__()
@@ -151,16 +152,18 @@ class IdleConnections:
     def __init__(self) -> None:
         self.waiting: dict[_Wait, None] = {}  # insertion-ordered: the oldest wait first
 
-    def wait(self, seconds: float) -> _HeadWait:
-        return _HeadWait(self, seconds)
+    def wait(self, seconds: float, *, kept_alive: bool) -> _HeadWait:
+        return _HeadWait(self, seconds, kept_alive=kept_alive)
 
     def body_wait(self, timeout: BaseException) -> _Wait:
         assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
         return _Wait(self, timeout)
 
-    def end_head_waits(self) -> int:
-        """End every wait for a request head at once (their connections close); how many were ended."""
-        heads = [wait for wait in self.waiting if isinstance(wait, _HeadWait)]
+    def end_kept_alive_waits(self) -> int:
+        """End every wait for the next request on a connection kept alive (they close); how many were ended.
+        A new connection's wait for its first head is left to its deadline: its client has just connected
+        to send a request, which would be lost."""
+        heads = [wait for wait in self.waiting if isinstance(wait, _HeadWait) and wait.kept_alive]
         loop = gevent.get_hub().loop
         for wait in heads:
             loop.run_callback(wait.end_now)
@@ -234,13 +237,17 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         return self.admission.limits.header_timeout_seconds
 
     def timeout_ctx(self) -> _HeadWait:
+        if gevent.getcurrent() not in self.served:
+            # A new connection: its first request is served even while the worker stops (gunicorn then
+            # answers it with Connection: close); closing it unread would lose a request just sent.
+            return self.idle.wait(self.header_timeout(), kept_alive=False)
         if not self.alive:
-            # Stopping: no new request on this connection (one in flight as the stop began answered
-            # keep-alive, and one accepted just before the listener closed has not sent its head yet), so
-            # the connection closes now instead of holding the stop for GUNICORN_GRACEFUL_TIMEOUT.
-            return self.idle.wait(0.0)
-        first = gevent.getcurrent() not in self.served
-        return self.idle.wait(self.header_timeout() if first else float(self.cfg.keepalive))
+            # Stopping, on a connection served before (its request was in flight as the stop began, and
+            # answered keep-alive): no next request, so it closes now instead of holding the stop for
+            # GUNICORN_GRACEFUL_TIMEOUT. A request its client sends just now is lost, as at any server's
+            # closing of an idle connection.
+            return self.idle.wait(0.0, kept_alive=True)
+        return self.idle.wait(float(self.cfg.keepalive), kept_alive=True)
 
     def run(self) -> None:
         gevent.spawn(self._keep_room)
@@ -269,7 +276,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # for a head that may never come, so the stop took the whole GUNICORN_GRACEFUL_TIMEOUT (20 s) and a
         # recycled worker's place stayed empty that long. Those connections are closed now, as nginx closes
         # its idle ones when it stops; requests in flight still finish.
-        self.idle.end_head_waits()
+        self.idle.end_kept_alive_waits()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         self.open_connections += 1
