@@ -164,6 +164,14 @@ class Series:
         self.in_flight = IN_FLIGHT.labels(model, protocol)
         self.last_success = LAST_SUCCESS.labels(model, protocol)
 
+    def count(self, status: int, seconds: float | None) -> str:
+        """Count one answer of ``status`` (and its ``seconds``, when timed) under its outcome, returned."""
+        outcome = outcome_of(status)
+        self.requests[outcome].inc()
+        if seconds is not None:
+            self.seconds[outcome].inc(seconds)
+        return outcome
+
 
 _SERIES: dict[tuple[str, str], Series] = {}
 _ROUTES: dict[tuple[str, str], Series | None] = {}  # by (rule, method): a finite set, as the rules are
@@ -261,9 +269,7 @@ def count_server_answer(app: Flask, method: str, path: str, status: int, seconds
     count_answer(rule.rule, method, status, seconds, 0)
     series = _series_of_route(rule.rule, method)
     if series is not None:
-        outcome = outcome_of(status)
-        series.requests[outcome].inc()
-        series.seconds[outcome].inc(seconds)
+        series.count(status, seconds)
 
 
 def install_inference_metrics(app: Flask) -> None:
@@ -290,11 +296,7 @@ def _observe(request: Request, g: RequestGlobals, response: Response) -> Respons
     series = timeline.series if timeline is not None else series_of(request)
     if series is None:
         return response
-    outcome = outcome_of(response.status_code)
-    series.requests[outcome].inc()
-    seconds = seconds_since_start(g)
-    if seconds is not None:
-        series.seconds[outcome].inc(seconds)
+    outcome = series.count(response.status_code, seconds_since_start(g))
     done: list[tuple[str, float, float]] = []
     if timeline is not None:
         done = timeline.steps(
