@@ -90,6 +90,10 @@ NO_SLOT_SECONDS = 0.001
 # (probes, other connections) waits that long at most, far inside /livez's 1 s, and saves the hand-over to
 # the thread (measured: 512 × 512 with weights served 25 % fewer requests per second on the thread).
 INLINE_SECONDS = 0.05
+# A request waiting for memory lets those queued behind it that can start go first (Admission._turn_of) for
+# this share of COMPUTE_QUEUE_SECONDS, and then goes first itself: passed for longer, a request at the work
+# limit was refused 503 under any steady stream of smaller ones, each time it was sent.
+PASSED_FOR_SHARE = 0.5
 # Bodies over this size are parsed and loaded on a thread, off the worker's loop (decode_off_the_loop).
 DECODE_ON_THREAD_BYTES = 1024 * 1024
 # The wait predictor's model of a computation: a fixed cost per call plus the typed request's own estimate
@@ -259,6 +263,7 @@ class _Waiter:
     memory_bytes: int  # what it needs to start, beyond what it holds
     held_bytes: int = 0  # what its request holds while it waits (its body), given back only once answered
     refused_for: _Waiter | None = None  # the request ahead that needs what this one holds (see _make_room)
+    passed_until: float = math.inf  # time.monotonic() after which no request queued behind it goes first
 
 
 class Admission:
@@ -401,9 +406,14 @@ class Admission:
         """Wait for a slot and the memory, first come first served (see :meth:`_turn_of`); a 503 when that
         cannot be soon enough. ``holding``: what the request holds already while it waits."""
         limits = self.limits
-        waiter = _Waiter(estimate, memory_bytes, holding)
         with self._changed:
             now = time.monotonic()
+            waiter = _Waiter(
+                estimate,
+                memory_bytes,
+                holding,
+                passed_until=now + PASSED_FOR_SHARE * limits.compute_queue_seconds,
+            )
             wait = self.predicted_wait(now)
             if len(self._queue) >= limits.compute_queue_length:
                 raise overloaded(
@@ -431,7 +441,8 @@ class Admission:
                             "and nothing else would give them back; try again once it has run.",
                             waiter.refused_for.estimate,
                         )
-                    left = deadline - time.monotonic()
+                    now = time.monotonic()
+                    left = deadline - now
                     if left <= 0:
                         raise overloaded(
                             f"No compute slot and {memory_bytes:,} bytes of this worker's memory budget "
@@ -439,7 +450,9 @@ class Admission:
                             "try again later.",
                             self.predicted_wait(time.monotonic()) or limits.compute_queue_seconds,
                         )
-                    self._changed.wait(left)
+                    # Woken by every change, and once more when those behind stop passing it: then it may
+                    # make room (see _make_room) with nothing else changed.
+                    self._changed.wait(left if now >= waiter.passed_until else waiter.passed_until - now)
             finally:
                 if waiter in self._queue:
                     self._queue.remove(waiter)
@@ -453,28 +466,32 @@ class Admission:
         is goes first. So the order is first come first served, except that a request waiting for memory
         lets those behind it that can run go ahead, rather than wait for memory they hold: the bodies of the
         requests queued behind it count against the budget, and a request at the work limit needs nearly
-        all of it (two of them queued on one worker refused the first with a 503 while nothing ran)."""
+        all of it (two of them queued on one worker refused the first with a 503 while nothing ran). It
+        does so for :data:`PASSED_FOR_SHARE` of its wait only; then the memory drains for it, as those
+        behind it wait or are refused (see :meth:`_make_room`)."""
         if self.busy_slots >= self.limits.compute_slots or waiter.refused_for is not None:
             return False
+        now = time.monotonic()
         for ahead in self._queue:
             if ahead is waiter:
                 if self._try_hold_locked(waiter.memory_bytes, upload=False, computation=True):
                     return True
                 if self._queue[0] is waiter:
-                    self._make_room(waiter)
+                    self._make_room(waiter, now)
                 return False
-            if self.fits(ahead.memory_bytes, upload=False, computation=True):
+            if now >= ahead.passed_until or self.fits(ahead.memory_bytes, upload=False, computation=True):
                 return False
         return False
 
-    def _make_room(self, head: _Waiter) -> None:
-        """With the lock held and a slot free: when no queued request can start, and ``head`` would fit but
-        for what the requests queued behind it hold (their bodies, given back only once they are answered),
-        refuse those, the latest first, until it would, rather than let every one wait out its deadline.
+    def _make_room(self, head: _Waiter, now: float) -> None:
+        """With the lock held and a slot free: when no queued request can start (or ``head`` has been passed
+        long enough, so none behind it may start first), and ``head`` would fit but for what the requests
+        queued behind it hold (their bodies, given back only once they are answered), refuse those, the
+        latest first, until it would, rather than let every one wait out its deadline.
         Two requests at the work limit need nearly the whole budget each: queued together, neither fitted
         while the other held its body, and the first was refused after COMPUTE_QUEUE_SECONDS with nothing
         running."""
-        if any(
+        if now < head.passed_until and any(
             self.fits(queued.memory_bytes, upload=False, computation=True)
             for queued in self._queue
             if queued is not head and queued.refused_for is None

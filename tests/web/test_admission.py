@@ -509,3 +509,80 @@ def test_two_requests_at_the_work_limit_do_not_wait_out_each_others_deadline(slo
         0,
         0,
     )
+
+
+def test_a_request_waiting_for_memory_is_passed_for_a_while_only() -> None:
+    """A request at the work limit needs nearly the whole budget, so it can start only when nothing else on
+    its worker holds memory. Smaller requests queued behind it may start first, but not for ever: under a
+    steady stream of them (two clients, one always computing or queued while the other is) it was passed
+    until COMPUTE_QUEUE_SECONDS and refused 503 each time it was sent. After half that wait it goes first;
+    the stream's requests behind it wait, or are refused when it would fit but for their bodies."""
+    admission = Admission(limits(compute_queue_seconds=2.0))
+    heavy_outcome: list[object] = []
+    stream_outcomes: list[object] = []
+    heavy_done = threading.Event()
+
+    def smaller_request() -> None:
+        body = Reservation(admission)
+        try:
+            assert body.take(4096)
+            stream_outcomes.append(
+                admission.run(
+                    lambda: threading.Event().wait(0.02),  # returns False: it ran
+                    cpu_seconds=0.005,
+                    memory_bytes=MIB,
+                    reservation=body,
+                )
+            )
+        except Problem as problem:
+            stream_outcomes.append(problem.status)
+        finally:
+            body.release()
+        if stream_outcomes[-1] == 503:
+            threading.Event().wait(0.05)  # a client that backs off a little after a 503
+
+    def client() -> None:
+        for _ in range(400):  # bounded: the stream stops once the heavy request is answered, or after ~8 s
+            if heavy_done.is_set():
+                return
+            smaller_request()
+
+    def heavy_request() -> None:
+        body = Reservation(admission)
+        try:
+            heavy_outcome.append(
+                admission.run(
+                    lambda: "ran",
+                    cpu_seconds=0.0,
+                    memory_bytes=admission.large_request_budget(),
+                    reservation=body,
+                )
+            )
+        except Problem as problem:
+            heavy_outcome.append(problem.status)
+        finally:
+            body.release()
+            heavy_done.set()
+
+    clients = [threading.Thread(target=client) for _ in range(2)]
+    for thread in clients:
+        thread.start()
+    for _ in range(2000):  # bounded: 10 s until the stream runs
+        if len(stream_outcomes) >= 4:
+            break
+        threading.Event().wait(0.005)
+    heavy = threading.Thread(target=heavy_request)
+    heavy.start()
+    heavy.join(10)
+    heavy_done.set()
+    for thread in clients:
+        thread.join(10)
+    assert heavy_outcome == ["ran"]
+    assert False in stream_outcomes  # the stream ran before and around it
+    assert set(stream_outcomes) <= {False, 503}
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
