@@ -90,10 +90,16 @@ NO_SLOT_SECONDS = 0.001
 # (probes, other connections) waits that long at most, far inside /livez's 1 s, and saves the hand-over to
 # the thread (measured: 512 × 512 with weights served 25 % fewer requests per second on the thread).
 INLINE_SECONDS = 0.05
-# A request waiting for memory lets those queued behind it that can start go first (Admission._turn_of) for
-# this share of COMPUTE_QUEUE_SECONDS, and then goes first itself: passed for longer, a request at the work
-# limit was refused 503 under any steady stream of smaller ones, each time it was sent.
+# The request at the head of the queue, waiting for memory, lets those queued behind it that can start go
+# first (Admission._turn_of) for this share of COMPUTE_QUEUE_SECONDS; then none may, so that the memory
+# drains for it: passed for its whole wait, a request at the work limit was refused 503 under a steady stream
+# of smaller computations, each time it was sent.
 PASSED_FOR_SHARE = 0.5
+# ...unless it has waited this long, with a slot free, for memory that neither the requests queued behind it
+# nor the running computations hold (answers being written, bodies being read): that may take any time (a
+# slow reader), and the slot would stand idle while it does. Those behind it go first again until that
+# memory is back. Longer than a small answer takes to be written, or a body being read to join the queue.
+HELD_ELSEWHERE_SECONDS = 0.25
 # Bodies over this size are parsed and loaded on a thread, off the worker's loop (decode_off_the_loop).
 DECODE_ON_THREAD_BYTES = 1024 * 1024
 # The wait predictor's model of a computation: a fixed cost per call plus the typed request's own estimate
@@ -187,8 +193,13 @@ class Reservation:
 
     def release(self) -> None:
         if self.held_bytes:
-            self._admission.give_back(self.held_bytes, self.upload_bytes)
-            self.held_bytes = self.upload_bytes = 0
+            self._admission.give_back(*self.empty())
+
+    def empty(self) -> tuple[int, int]:
+        """Leave this reservation empty; what it held (bytes, upload bytes), for the caller to give back."""
+        held = self.held_bytes, self.upload_bytes
+        self.held_bytes = self.upload_bytes = 0
+        return held
 
 
 def _clear_frames(error: BaseException) -> None:
@@ -264,6 +275,8 @@ class _Waiter:
     held_bytes: int = 0  # what its request holds while it waits (its body), given back only once answered
     refused_for: _Waiter | None = None  # the request ahead that needs what this one holds (see _make_room)
     passed_until: float = math.inf  # time.monotonic() after which no request queued behind it goes first
+    # Since when, as the head going first with a slot free, it has waited for memory held outside the queue.
+    held_elsewhere_since: float | None = None
 
 
 class Admission:
@@ -322,9 +335,12 @@ class Admission:
 
     def give_back(self, size: int, upload_size: int = 0) -> None:
         with self._changed:
-            self.held_bytes -= size
-            self.upload_bytes -= upload_size
-            self._wake_waiters()
+            self._give_back_locked(size, upload_size)
+
+    def _give_back_locked(self, size: int, upload_size: int = 0) -> None:
+        self.held_bytes -= size
+        self.upload_bytes -= upload_size
+        self._wake_waiters()
 
     # --- compute --------------------------------------------------------------------------------------------
     def has_free_slot(self) -> bool:
@@ -357,7 +373,7 @@ class Admission:
         estimate = self.estimate_seconds(cpu_seconds)
         # What the request already holds (its body) is part of what it needs to compute.
         memory_bytes = max(0, min(memory_bytes, self.large_request_budget()) - reservation.held_bytes)
-        token = self._enter(estimate, memory_bytes, holding=reservation.held_bytes)
+        token = self._enter(estimate, memory_bytes, reservation)
         started = time.monotonic()
         with self._lock:
             self._running[token] = (started, estimate)
@@ -402,16 +418,16 @@ class Admission:
         self._leave(token, started, cpu_seconds)
         return outcome.unwrap()
 
-    def _enter(self, estimate: float, memory_bytes: int, *, holding: int = 0) -> _Waiter:
+    def _enter(self, estimate: float, memory_bytes: int, reservation: Reservation) -> _Waiter:
         """Wait for a slot and the memory, first come first served (see :meth:`_turn_of`); a 503 when that
-        cannot be soon enough. ``holding``: what the request holds already while it waits."""
+        cannot be soon enough. ``reservation``: what the request holds already while it waits."""
         limits = self.limits
         with self._changed:
             now = time.monotonic()
             waiter = _Waiter(
                 estimate,
                 memory_bytes,
-                holding,
+                reservation.held_bytes,
                 passed_until=now + PASSED_FOR_SHARE * limits.compute_queue_seconds,
             )
             wait = self.predicted_wait(now)
@@ -435,6 +451,9 @@ class Admission:
             try:
                 while not self._turn_of(waiter):
                     if waiter.refused_for is not None:
+                        # Its body goes back now, under the lock, as it leaves the queue: the request ahead
+                        # counted on it, and would otherwise refuse one more while this 503 is written.
+                        self._give_back_locked(*reservation.empty())
                         raise overloaded(
                             f"The request ahead of this one on this worker needs the {memory_bytes:,} bytes "
                             "of the memory budget that this one holds while it waits (MEMORY_BUDGET_BYTES), "
@@ -450,9 +469,9 @@ class Admission:
                             "try again later.",
                             self.predicted_wait(time.monotonic()) or limits.compute_queue_seconds,
                         )
-                    # Woken by every change, and once more when those behind stop passing it: then it may
-                    # make room (see _make_room) with nothing else changed.
-                    self._changed.wait(left if now >= waiter.passed_until else waiter.passed_until - now)
+                    # Woken by every change, and at the times its standing in the queue changes with
+                    # nothing else changed (see _make_room).
+                    self._changed.wait(min(left, self._next_change(waiter, now)))
             finally:
                 if waiter in self._queue:
                     self._queue.remove(waiter)
@@ -466,42 +485,73 @@ class Admission:
         is goes first. So the order is first come first served, except that a request waiting for memory
         lets those behind it that can run go ahead, rather than wait for memory they hold: the bodies of the
         requests queued behind it count against the budget, and a request at the work limit needs nearly
-        all of it (two of them queued on one worker refused the first with a 503 while nothing ran). It
-        does so for :data:`PASSED_FOR_SHARE` of its wait only; then the memory drains for it, as those
-        behind it wait or are refused (see :meth:`_make_room`)."""
+        all of it (two of them queued on one worker refused the first with a 503 while nothing ran). The
+        head of the queue lets them for a while only (:meth:`_goes_first`)."""
         if self.busy_slots >= self.limits.compute_slots or waiter.refused_for is not None:
             return False
         now = time.monotonic()
         for ahead in self._queue:
             if ahead is waiter:
                 if self._try_hold_locked(waiter.memory_bytes, upload=False, computation=True):
+                    waiter.held_elsewhere_since = None
                     return True
                 if self._queue[0] is waiter:
                     self._make_room(waiter, now)
                 return False
-            if now >= ahead.passed_until or self.fits(ahead.memory_bytes, upload=False, computation=True):
+            if self.fits(ahead.memory_bytes, upload=False, computation=True):
+                return False
+            if ahead is self._queue[0] and self._goes_first(ahead, now):
                 return False
         return False
 
+    @staticmethod
+    def _goes_first(head: _Waiter, now: float) -> bool:
+        """Whether no request queued behind ``head`` may start before it: it has been passed for
+        :data:`PASSED_FOR_SHARE` of its wait, and has not waited :data:`HELD_ELSEWHERE_SECONDS` for memory
+        held outside the queue."""
+        if now < head.passed_until:
+            return False
+        since = head.held_elsewhere_since
+        return since is None or now - since < HELD_ELSEWHERE_SECONDS
+
+    @staticmethod
+    def _next_change(waiter: _Waiter, now: float) -> float:
+        """Seconds until :meth:`_goes_first` may change for ``waiter``, nothing else changing (inf: never)."""
+        if now < waiter.passed_until:
+            return waiter.passed_until - now
+        since = waiter.held_elsewhere_since
+        if since is not None and now - since < HELD_ELSEWHERE_SECONDS:
+            return since + HELD_ELSEWHERE_SECONDS - now
+        return math.inf
+
     def _make_room(self, head: _Waiter, now: float) -> None:
-        """With the lock held and a slot free: when no queued request can start (or ``head`` has been passed
-        long enough, so none behind it may start first), and ``head`` would fit but for what the requests
-        queued behind it hold (their bodies, given back only once they are answered), refuse those, the
-        latest first, until it would, rather than let every one wait out its deadline.
-        Two requests at the work limit need nearly the whole budget each: queued together, neither fitted
-        while the other held its body, and the first was refused after COMPUTE_QUEUE_SECONDS with nothing
-        running."""
-        if now < head.passed_until and any(
-            self.fits(queued.memory_bytes, upload=False, computation=True)
-            for queued in self._queue
-            if queued is not head and queued.refused_for is None
-        ):
-            return  # one behind can start now, and then give back what it holds: it goes first
+        """With the lock held, a slot free and ``head`` not fitting: when ``head`` would fit but for what the
+        requests queued behind it hold (their bodies, given back only once they are answered), and none of
+        them can start now or ``head`` goes first, refuse them, the latest first, until it would, rather than
+        let every one wait out its deadline. Two requests at the work limit need nearly the whole budget
+        each: queued together, neither fitted while the other held its body, and the first was refused after
+        COMPUTE_QUEUE_SECONDS with nothing running. Also notes whether ``head`` waits for memory held
+        outside the queue (see :meth:`_goes_first`), and wakes those behind it when they may pass again."""
         behind = [queued for queued in self._queue if queued is not head and queued.held_bytes]
-        if not self.fits(
-            head.memory_bytes - sum(queued.held_bytes for queued in behind), upload=False, computation=True
-        ):
-            return  # what holds the memory is not queued (uploads being read, answers being written): wait
+        held_behind = sum(queued.held_bytes for queued in behind)
+        running = sum(token.memory_bytes + token.held_bytes for token in self._running)
+        if self.fits(head.memory_bytes - held_behind - running, upload=False, computation=True):
+            head.held_elsewhere_since = None
+        elif head.held_elsewhere_since is None and now >= head.passed_until:
+            head.held_elsewhere_since = now  # counted from when it goes first: the slot stands idle from then
+        if not self._goes_first(head, now):
+            if now >= head.passed_until:
+                # It went first until memory held elsewhere kept it waiting too long (its own timed wake-up,
+                # _next_change, brings it here): those behind it that can start may again.
+                self._changed.notify_all()
+            if any(
+                self.fits(queued.memory_bytes, upload=False, computation=True)
+                for queued in self._queue
+                if queued is not head and queued.refused_for is None
+            ):
+                return  # one behind can start now, and then give back what it holds: it goes first
+        if not self.fits(head.memory_bytes - held_behind, upload=False, computation=True):
+            return  # what holds the memory is not queued (computations, answers, uploads): wait
         freed = 0
         for queued in reversed(behind):
             if self.fits(head.memory_bytes - freed, upload=False, computation=True):

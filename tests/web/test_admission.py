@@ -517,7 +517,8 @@ def test_a_request_waiting_for_memory_is_passed_for_a_while_only() -> None:
     steady stream of them (two clients, one always computing or queued while the other is) it was passed
     until COMPUTE_QUEUE_SECONDS and refused 503 each time it was sent. After half that wait it goes first;
     the stream's requests behind it wait, or are refused when it would fit but for their bodies."""
-    admission = Admission(limits(compute_queue_seconds=2.0))
+    # (a queue of 8: both clients may be queued at once, for an instant, when it arrives)
+    admission = Admission(limits(compute_queue_seconds=2.0, compute_queue_length=8))
     heavy_outcome: list[object] = []
     stream_outcomes: list[object] = []
     heavy_done = threading.Event()
@@ -580,6 +581,90 @@ def test_a_request_waiting_for_memory_is_passed_for_a_while_only() -> None:
     assert heavy_outcome == ["ran"]
     assert False in stream_outcomes  # the stream ran before and around it
     assert set(stream_outcomes) <= {False, 503}
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+def test_a_request_waiting_for_memory_held_elsewhere_lets_the_queue_pass_again() -> None:
+    """Memory held outside the queue (an answer being written to a slow reader) may never come back while
+    the request at the work limit waits: once it has gone first for HELD_ELSEWHERE_SECONDS with the slot
+    idle, those behind it start again, long before its own 503 (they waited for that 503 before)."""
+    admission = Admission(limits(compute_queue_seconds=2.0, compute_queue_length=8))
+    slow_answer = Reservation(admission)
+    assert slow_answer.take(8 * MIB)  # held for the whole test
+    events: list[str] = []
+    blocker, runner = hold_a_slot(admission)  # until the heavy request goes first
+
+    def request(name: str, memory: int) -> None:
+        reservation = Reservation(admission)
+        try:
+            admission.run(lambda: None, cpu_seconds=0.0, memory_bytes=memory, reservation=reservation)
+            events.append(f"{name} ran")
+        except Problem as problem:
+            events.append(f"{name} {problem.status}")
+        finally:
+            reservation.release()
+
+    heavy = threading.Thread(target=request, args=("heavy", admission.large_request_budget()))
+    heavy.start()
+    wait_until_queued(admission, 1)
+    small = threading.Thread(target=request, args=("small", MIB))
+    small.start()
+    wait_until_queued(admission, 2)
+    threading.Event().wait(1.2)  # past PASSED_FOR_SHARE (1 s): the heavy request goes first
+    blocker.release.set()
+    for thread in (runner, small, heavy):
+        thread.join(10)
+    slow_answer.release()
+    # The small one ran about HELD_ELSEWHERE_SECONDS after the slot freed, at about 1.45 s, not after the
+    # heavy one's 503 at 2 s.
+    assert events == ["small ran", "heavy 503"]
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+def test_a_refused_request_gives_its_body_back_as_it_leaves_the_queue() -> None:
+    """A request refused to make room for the one ahead (see _make_room) left the queue, but gave its body
+    back only once its 503 had been written: in between, the one ahead counted that body as still held by
+    no one it could refuse, and refused the next request behind it too. One refusal is enough here."""
+    admission = Admission(limits(compute_queue_seconds=10.0, compute_queue_length=8))
+    outcomes: dict[str, object] = {}
+    blocker, runner = hold_a_slot(admission)
+
+    def request(name: str, reservation: Reservation, memory: int) -> None:
+        try:
+            admission.run(lambda: None, cpu_seconds=0.0, memory_bytes=memory, reservation=reservation)
+            outcomes[name] = "ran"
+        except Problem as problem:
+            outcomes[name] = problem.status
+            threading.Event().wait(0.05)  # its 503 being written
+        finally:
+            reservation.release()
+
+    head = threading.Thread(target=request, args=("head", Reservation(admission), 52 * MIB))
+    head.start()
+    wait_until_queued(admission, 1)
+    behind = []
+    for number in (1, 2, 3):
+        body = Reservation(admission)
+        assert body.take(4 * MIB, upload=True)
+        # 54 MiB: none fits while the head and the others wait, each fits once they are gone
+        thread = threading.Thread(target=request, args=(f"behind {number}", body, 54 * MIB))
+        thread.start()
+        behind.append(thread)
+        wait_until_queued(admission, 1 + number)
+    blocker.release.set()  # none behind fits while the head waits: the last one is refused for it
+    for thread in (runner, head, *behind):
+        thread.join(10)
+    assert outcomes == {"behind 3": 503, "head": "ran", "behind 1": "ran", "behind 2": "ran"}
     assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
         0,
         0,
