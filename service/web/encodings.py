@@ -32,6 +32,12 @@ _CODINGS = {"gzip": "gzip", "x-gzip": "gzip", "deflate": "deflate"}
 # Bytes inflated (and reserved) per step after the first, which is no more than a small body's size, so a
 # compressed small request is as cheap to admit as a plain one.
 INFLATE_STEP = 256 * 1024
+# Compressed bytes given to zlib per step.
+INPUT_STEP = 64 * 1024
+# A gzip body may be several members one after another (RFC 1952); a client sends one, or a few when it
+# concatenates files (bgzip writes one per 64 KiB: 256 for a 16 MiB body). Each costs a decompressor and a
+# step, so without a bound 16 MiB of empty 20-byte members were about 800,000 of them: 400 past this many.
+MAX_GZIP_MEMBERS = 4096
 
 
 def request_coding(req: flask.Request) -> str | None:
@@ -77,18 +83,24 @@ def read_decoded_body(req: flask.Request) -> bytes:
 
 
 def inflate(data: bytes, coding: str, *, limit: int | None, hold: Callable[[int], None]) -> bytes:
-    """``data`` decompressed as ``coding`` (``"gzip"``, every member, or ``"deflate"``): at most ``limit``
-    bytes.
+    """``data`` decompressed as ``coding`` (``"gzip"``, every member up to :data:`MAX_GZIP_MEMBERS`, or
+    ``"deflate"``): at most ``limit`` bytes.
 
     ``hold(n)`` is called before a step that may produce more bytes than were held so far, with how many more
     (it raises to refuse them); a step never produces more than one byte past ``limit``, and that byte is a
-    413.
+    413. zlib is given at most :data:`INPUT_STEP` compressed bytes a step, so what it copies back (the input
+    a step left, the bytes after a member) stays small whatever the body's length and number of members.
     """
+    compressed = memoryview(data)
     inflated: list[bytes] = []
     total = held = 0
-    rest = data
+    position = 0  # the first compressed byte not yet given to zlib
+    members = 0
     while True:
-        wbits = _GZIP_WBITS if coding == "gzip" else _deflate_wbits(rest)
+        members += 1
+        if members > MAX_GZIP_MEMBERS:
+            raise _malformed(coding, f"it holds more than {MAX_GZIP_MEMBERS:,} gzip members")
+        wbits = _GZIP_WBITS if coding == "gzip" else _deflate_wbits(compressed[position : position + 2])
         decompressor = zlib.decompressobj(wbits)
         while not decompressor.eof:
             step = SMALL_BODY_BYTES if total < SMALL_BODY_BYTES else INFLATE_STEP
@@ -97,11 +109,15 @@ def inflate(data: bytes, coding: str, *, limit: int | None, hold: Callable[[int]
             if total + step > held:  # held so far: what was inflated, and at most one step not used
                 hold(total + step - held)
                 held = total + step
+            # What the last step had no room to inflate, if anything; else the next compressed bytes.
+            given: bytes | memoryview = decompressor.unconsumed_tail
+            if not given:
+                given = compressed[position : position + INPUT_STEP]
+                position += len(given)
             try:
-                piece = decompressor.decompress(rest, step)
+                piece = decompressor.decompress(given, step)
             except zlib.error as error:
                 raise _malformed(coding, f"it is not valid {coding} data ({error})") from None
-            rest = decompressor.unconsumed_tail
             total += len(piece)
             if limit is not None and total > limit:
                 raise Problem(
@@ -111,22 +127,25 @@ def inflate(data: bytes, coding: str, *, limit: int | None, hold: Callable[[int]
                     slug="body-too-large",
                 )
             inflated.append(piece)
-            if len(piece) < step and not rest:
-                break  # every byte given and the stream not ended: cut short
+            exhausted = not decompressor.unconsumed_tail and position == len(compressed)
+            if len(piece) < step and exhausted and not decompressor.eof:
+                break  # every byte given, nothing more to inflate, and the stream not ended: cut short
             _let_other_requests_run()
         if not decompressor.eof:
             raise _malformed(coding, f"its {coding} data ends before the end of the compressed stream")
-        rest = decompressor.unused_data
-        if not rest:
+        position -= len(decompressor.unused_data)  # given to zlib, but after the end of this member
+        if position == len(compressed):
             break
         if coding != "gzip":  # gzip may hold several members (RFC 1952); a zlib stream is one
-            raise _malformed(coding, f"{len(rest):,} bytes follow the end of the compressed stream")
+            raise _malformed(
+                coding, f"{len(compressed) - position:,} bytes follow the end of the compressed stream"
+            )
     # One copy of at most MAX_BODY_BYTES beyond what was held, and only one at a time per process: nothing
     # yields to other requests between here and the caller's use of it.
     return b"".join(inflated)
 
 
-def _deflate_wbits(data: bytes) -> int:
+def _deflate_wbits(data: bytes | memoryview) -> int:
     """zlib's format when ``data`` starts with a zlib header (RFC 1950: method 8, a check that divides by
     31), else raw deflate."""
     if len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0:
