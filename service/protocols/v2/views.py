@@ -377,7 +377,9 @@ def _typed_request(model: Model, body: dict[str, Any], explicit: dict[str, bool]
     if explicit is not None and model.include_choices:
         asked = body.get(INCLUDE, [])
         needed = model.include_for(frozenset(explicit))
-        if isinstance(asked, list) and set(needed) - set(asked):
+        # Only a list of names is merged; anything else is left for the schema to refuse, naming include.
+        names = isinstance(asked, list) and all(isinstance(item, str) for item in asked)
+        if names and set(needed) - set(asked):
             body[INCLUDE] = [*asked, *(name for name in needed if name not in asked)]
     try:
         typed = schema.load(body)

@@ -226,3 +226,17 @@ def test_a_large_body_is_decoded_off_the_workers_loop(
         response = client.post("/v1/softmax", json={"logits": logits.tolist()})
     assert response.status_code == 200, response.get_data(as_text=True)[:300]
     assert handed == [True]
+
+
+@pytest.mark.parametrize("include", [[{}], [[1]], [None], ["scores", {"a": 1}]])
+def test_an_include_of_objects_or_lists_with_listed_outputs_is_422_naming_include(
+    client: FlaskClient, include: list[Any]
+) -> None:
+    """With outputs listed, the include the client sent is merged with what they need: an object or a list
+    in it made that a 500 (unhashable), where /v1, and /v2 without outputs, refuse it naming include."""
+    response = infer(
+        client,
+        "attention",
+        {"inputs": ATTENTION_INPUTS, "parameters": {"include": include}, "outputs": [{"name": "scores"}]},
+    )
+    assert_problem(response, 422, field="include")
