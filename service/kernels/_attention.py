@@ -38,7 +38,7 @@ from service.kernels._common import (
     rows_per_block,
 )
 from service.kernels._errors import EmptyRowError, KernelError, ShapeError, describe_rows, format_shape
-from service.kernels._positions import Rotary, check_rotary, rotate, tables_at
+from service.kernels._positions import Rotary, check_positions_from, check_rotary, rotate, tables_at
 from service.kernels._visibility import (
     Band,
     CausalAlignment,
@@ -475,6 +475,8 @@ def rotate_rows(
     dim, base = check_rotary(rotary, q.shape[-1])
     query_offset = offset if rotary.query_offset is None else rotary.query_offset
     key_offset = 0 if rotary.key_offset is None else rotary.key_offset
+    check_positions_from(query_offset, n, field="rotary.query_offset")
+    check_positions_from(key_offset, m, field="rotary.key_offset")
     query_positions = np.arange(n, dtype=np.float64) + query_offset
     key_positions = np.arange(m, dtype=np.float64) + key_offset
     return (

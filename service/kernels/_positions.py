@@ -142,6 +142,18 @@ def check_rotary(rotary: Rotary, d_k: int) -> tuple[int, float]:
     )
 
 
+def check_positions_from(offset: int, count: int, *, field: str) -> None:
+    """The ``count`` positions from ``offset`` must all be exact in float64 (within ±2**53, as positions
+    given one by one must be): past it two neighbours round to one position and are rotated alike."""
+    last = offset + count - 1
+    if count and not -MAX_POSITION <= last <= MAX_POSITION:
+        raise KernelError(
+            f"{field} + {count - 1} (the last of its {count} positions) must be within ±2**53 "
+            f"(positions past it are not exact in float64), got {last}",
+            field=field,
+        )
+
+
 def check_rotary_dim(dim: int | None, d: int, *, field: str = "dim", width: str = "d_k") -> int:
     """The number of rotated features: ``d`` (named ``width`` in messages) by default; even, at most ``d``."""
     if dim is None:

@@ -254,6 +254,10 @@ def test_rotary_scores_depend_on_the_distance_only(style: str) -> None:
         ({"rotary": Rotary(style="spiral")}, "rotary.style"),  # type: ignore[arg-type]
         ({"alibi_slopes": [0.5, 0.25, 0.1]}, "alibi_slopes"),
         ({"alibi_slopes": [math.nan, 0.25]}, "alibi_slopes"),
+        # the last of the 3 query or 5 key positions past 2**53, where float64 no longer tells them apart
+        ({"rotary": Rotary(query_offset=2**53 - 1)}, "rotary.query_offset"),
+        ({"rotary": Rotary(key_offset=2**53 - 3)}, "rotary.key_offset"),
+        ({"rotary": Rotary(key_offset=-(2**53) - 1)}, "rotary.key_offset"),
     ],
 )
 def test_bad_options_name_the_field(options: dict[str, Any], field: str) -> None:
@@ -261,6 +265,17 @@ def test_bad_options_name_the_field(options: dict[str, Any], field: str) -> None
     with pytest.raises(KernelError) as error:
         attention(query, key, value, AttentionOptions(**options))
     assert error.value.field == field
+
+
+def test_rotary_offsets_whose_positions_stay_exact_are_accepted_and_depend_on_distance_only() -> None:
+    """The last positions within 2**53 are still exact: the same weights as at offset 0 (an attacker's
+    2**53 with 3 keys answered other weights, two keys rotated as one)."""
+    query, key = np.array([[0.0, 1.0]]), np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    value = np.eye(3)[:, :2]
+    near_zero = attention(query, key, value, AttentionOptions(rotary=Rotary(query_offset=0, key_offset=0)))
+    top = 2**53 - 2  # keys at 2**53 - 2 … 2**53
+    near_top = attention(query, key, value, AttentionOptions(rotary=Rotary(query_offset=top, key_offset=top)))
+    np.testing.assert_allclose(near_top.output, near_zero.output, rtol=1e-12, atol=1e-15)
 
 
 def test_grouped_heads_must_divide() -> None:

@@ -158,9 +158,10 @@ class Rotary(TypedDict, total=False):
     dim: int | None
     """How many leading features rotate (even, at most d_k); default d_k."""
     query_offset: int | None
-    """Position of query row 0; default m - n (lower_right) or 0 (upper_left)."""
+    """Position of query row 0; default m - n (lower_right) or 0 (upper_left). Every query's position is
+    within ±2**53, where float64 positions are exact."""
     key_offset: int | None
-    """Position of key row 0; default 0."""
+    """Position of key row 0; default 0. Every key's position is within ±2**53."""
 
 
 @dataclass(frozen=True, kw_only=True)

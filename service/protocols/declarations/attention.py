@@ -139,9 +139,14 @@ class RotarySchema(RequestSchema):
         metadata={"description": "How many leading features rotate (even, at most d_k); default d_k."},
     )
     query_offset = StrictInteger(
-        metadata={"description": "Position of query row 0; default m - n (lower_right) or 0 (upper_left)."}
+        metadata={
+            "description": "Position of query row 0; default m - n (lower_right) or 0 (upper_left). "
+            "Every query's position is within ±2**53, where float64 positions are exact."
+        }
     )
-    key_offset = StrictInteger(metadata={"description": "Position of key row 0; default 0."})
+    key_offset = StrictInteger(
+        metadata={"description": "Position of key row 0; default 0. Every key's position is within ±2**53."}
+    )
 
 
 class IndexRows(fields.List[Any]):
