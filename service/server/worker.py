@@ -48,7 +48,7 @@ from gunicorn.workers.ggevent import GeventWorker
 
 from service.server.problems import write_problem
 from service.web.admission import Admission, admission_of, refusal_before_body
-from service.web.connection import on_close_request, on_stall_watch, take_close_request
+from service.web.connection import on_bytes_received, on_close_request, on_stall_watch, take_close_request
 from service.web.inference import count_server_answer
 from service.web.problems import Problem
 from service.web.statuses import status_phrase
@@ -122,6 +122,23 @@ class _HeadWait(_Wait):
 
     def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
         return bool(self.timeout.__exit__(kind, value, traceback))
+
+
+class CountingSocket:
+    """A client's socket that counts the bytes received, for :func:`~service.web.connection.bytes_received`:
+    the app compares them with a chunked body's bytes to refuse one whose framing costs more than its data."""
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.bytes_received = 0
+
+    def recv(self, *arguments: Any) -> bytes:
+        data: bytes = self.sock.recv(*arguments)
+        self.bytes_received += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sock, name)  # everything else is the socket's own
 
 
 def linger(sock: socket.socket) -> None:
@@ -283,7 +300,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         try:
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
-            super().handle(listener, client, addr)
+            super().handle(listener, CountingSocket(client), addr)
         finally:
             self.open_connections -= 1
             if not self.open_connections:
@@ -313,6 +330,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # connection after it
         on_close_request(lambda: setattr(req, "must_close", True))
         on_stall_watch(self.idle.body_wait)
+        counted = sock if isinstance(sock, CountingSocket) else None  # (not one gunicorn wrapped for TLS)
+        on_bytes_received(None if counted is None else lambda: counted.bytes_received)
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
         except StopIteration:
@@ -322,6 +341,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         finally:
             on_close_request(None)
             on_stall_watch(None)
+            on_bytes_received(None)
         if take_close_request():
             linger(sock)
             raise StopIteration()

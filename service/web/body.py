@@ -18,7 +18,7 @@ from flask import Flask, has_request_context, request
 from flask.wrappers import Request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, RequestTimeout
 
-from service.web.connection import close_connection_after_answer, stall_watch, under_gevent
+from service.web.connection import bytes_received, close_connection_after_answer, stall_watch, under_gevent
 from service.web.problems import Problem
 
 _ENVIRON_KEY = "attention.body"
@@ -44,6 +44,17 @@ class BodyTooSlow(RequestTimeout):
     )
 
 
+# A chunked body is read this much at a time, its framing checked and the worker's loop let run between reads:
+# gunicorn parses each chunk in Python, so a read of 64 KiB in 1-byte chunks held the loop 0.3 s, and a 16 MiB
+# body of them 80 s (the worker was killed for a missed heartbeat).
+CHUNKED_READ_BYTES = 8 * 1024
+# What a chunked body may take on the wire: its bytes, a tenth more for the chunks' sizes and line ends
+# (chunks of 60 bytes and more on average), and this much besides (a small body in small chunks, and what
+# the server had read of it with the head). Past it, a 400: the framing costs more than the data is worth.
+FRAMING_SHARE = 0.1
+FRAMING_ALLOWANCE_BYTES = 64 * 1024
+
+
 class CountingInput:
     """``wsgi.input`` that counts what it hands out; framing errors from the server become a 400.
 
@@ -53,9 +64,11 @@ class CountingInput:
     connections (:func:`~service.web.connection.stall_watch`).
     """
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: IO[bytes], *, chunked: bool = False) -> None:
         self._stream = stream
         self.bytes_read = 0
+        # For a chunked body, when the server counts what its connection received: that count at the start.
+        self._received_at_start = bytes_received() if chunked else None
         self.deadline: float | None = None  # by when the whole body must have arrived
         # When the minimum rate starts to count (after the grace) and the rate: the k-th byte is due at
         # on_time_from + k / bytes_per_second, so a client cannot send nothing until just before the deadline
@@ -98,10 +111,49 @@ class CountingInput:
             raise BodyTooSlow() from None
 
     def read(self, size: int | None = -1) -> bytes:
+        if self._received_at_start is not None:
+            return self._read_chunked(size)
         data = self._counted(self._stream.read, size)
         if size is None or size < 0 or len(data) < size:
             self.ended = True
         return data
+
+    def _read_chunked(self, size: int | None) -> bytes:
+        """``read(size)`` of a chunked body, :data:`CHUNKED_READ_BYTES` at a time, its framing checked after
+        each and the worker's loop let run between them."""
+        pieces: list[bytes] = []
+        got = 0
+        while size is None or size < 0 or got < size:
+            asked = CHUNKED_READ_BYTES if size is None or size < 0 else min(CHUNKED_READ_BYTES, size - got)
+            piece = self._counted(self._stream.read, asked)
+            pieces.append(piece)
+            got += len(piece)
+            self._check_framing()
+            if len(piece) < asked:
+                self.ended = True
+                break
+            _let_other_connections_run()
+        return b"".join(pieces)
+
+    def _check_framing(self) -> None:
+        start = self._received_at_start
+        received = bytes_received()
+        if start is None or received is None:
+            return
+        allowed = FRAMING_ALLOWANCE_BYTES + (1 + FRAMING_SHARE) * self.bytes_read
+        if received - start > allowed:
+            close_connection_after_answer()  # the rest of the body is never read
+            message = (
+                f"{received - start:,} bytes arrived for {self.bytes_read:,} bytes of body: its chunks are "
+                "too small (framing over a tenth of the data); send chunks of at least a few hundred bytes."
+            )
+            raise Problem(
+                400,
+                f"Transfer-Encoding: {message}",
+                slug="malformed-body",
+                title="Malformed body",
+                errors={"Transfer-Encoding": [message]},
+            )
 
     def readline(self, size: int | None = -1) -> bytes:
         data = self._counted(self._stream.readline, size)
@@ -134,6 +186,13 @@ class CountingInput:
         return line
 
 
+def _let_other_connections_run() -> None:
+    if under_gevent():
+        import gevent  # only under the gevent worker, where it is loaded already
+
+        gevent.sleep(0)
+
+
 def install_body_counting(app: Flask) -> None:
     """Wrap every request's input stream in a :class:`CountingInput`."""
     wsgi_app: Callable[[dict[str, Any], Any], Iterable[bytes]] = app.wsgi_app
@@ -141,7 +200,9 @@ def install_body_counting(app: Flask) -> None:
     def counting_wsgi_app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         stream = environ.get("wsgi.input")
         if stream is not None:
-            counted = CountingInput(stream)
+            counted = CountingInput(
+                stream, chunked="chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+            )
             environ["wsgi.input"] = counted
             environ[_ENVIRON_KEY] = counted
         return wsgi_app(environ, start_response)

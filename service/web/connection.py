@@ -29,6 +29,8 @@ _closer: contextvars.ContextVar[Callable[[], None] | None] = contextvars.Context
 # the server may end early when it needs room for other connections.
 StallWatch = Callable[[BaseException], AbstractContextManager[Any]]
 _stall_watch: contextvars.ContextVar[StallWatch | None] = contextvars.ContextVar("stall_watch", default=None)
+# Set by the server around each request: the bytes its connection has received so far, framing included.
+_received: contextvars.ContextVar[Callable[[], int] | None] = contextvars.ContextVar("received", default=None)
 
 
 def under_gevent() -> bool:
@@ -67,3 +69,15 @@ def stall_watch(timeout: BaseException) -> AbstractContextManager[Any]:
     crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it."""
     watch = _stall_watch.get()
     return watch(timeout) if watch is not None else contextlib.nullcontext()
+
+
+def on_bytes_received(counter: Callable[[], int] | None) -> None:
+    """Have :func:`bytes_received` ask ``counter`` (the server's, for this request's connection)."""
+    _received.set(counter)
+
+
+def bytes_received() -> int | None:
+    """The bytes this request's connection has received so far, as sent (heads, chunk framing and bodies);
+    None when the server does not count them (the test client, other servers)."""
+    counter = _received.get()
+    return None if counter is None else counter()
