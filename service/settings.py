@@ -116,7 +116,8 @@ class Settings:
     max_output_only_work_elements: int = _setting(DERIVED, _limit)
     max_answer_bytes: int = _setting(DERIVED, _limit)
     # Admission (service/web/admission.py): computations at once per worker, how many may wait for them and
-    # how long, how long one may run before its answer is a 504, and the deadlines for heads and bodies.
+    # how long, how long one may run before its answer is a 504, and the deadlines for heads, bodies and
+    # answers.
     compute_slots: int = _setting(1, _positive_int)
     compute_queue_length: int = _setting(128, _positive_int)
     compute_queue_seconds: float = _setting(3.0, _positive_seconds)
@@ -124,6 +125,7 @@ class Settings:
     header_timeout_seconds: float = _setting(10.0, _positive_seconds)
     body_timeout_seconds: float = _setting(10.0, _positive_seconds)
     body_min_bytes_per_second: int = _setting(256 * 1024, _positive_int)
+    answer_timeout_seconds: float = _setting(10.0, _positive_seconds)
     cors_origins: tuple[str, ...] = _setting(("*",), _origins)
     cors_max_age: int = _setting(600, _positive_int)
     api_keys: tuple[str, ...] = _setting((), _keys, secret=True)
@@ -161,6 +163,7 @@ class Settings:
             "HEADER_TIMEOUT_SECONDS": self.header_timeout_seconds,
             "BODY_TIMEOUT_SECONDS": self.body_timeout_seconds,
             "BODY_MIN_BYTES_PER_SECOND": self.body_min_bytes_per_second,
+            "ANSWER_TIMEOUT_SECONDS": self.answer_timeout_seconds,
             "CORS_ORIGINS": list(self.cors_origins),
             "CORS_MAX_AGE": self.cors_max_age,
             "API_KEYS": [*self.api_keys, *self.api_keys_file],

@@ -7,6 +7,10 @@ worker. What it lacks, and this subclass adds through the worker's public method
   a kept-alive connection may then wait ``GUNICORN_KEEPALIVE`` seconds for the next one (gunicorn uses the
   keep-alive time for both, and none at all when keep-alive is off: then every answer closes its connection
   here instead).
+- **A deadline for answers.** A client that takes none of its answer for ``ANSWER_TIMEOUT_SECONDS`` is
+  disconnected (:class:`ClientSocket`), so the answer's share of the memory budget comes back.
+- **Chunked bodies counted on the wire.** What each connection receives is counted (:class:`ClientSocket`),
+  for the app to refuse a chunked body whose framing outgrows its data (service/web/body.py).
 - **Room for new connections.** A worker holds at most ``worker_connections`` connections. When it holds more
   than :data:`CROWDED_SHARE` of them, the connections that have waited longest for the client (idle
   keep-alives, clients that connect and send nothing or trickle their headers, bodies that stall, such as
@@ -33,11 +37,13 @@ while a request computes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import socket
 import time
 import urllib.parse
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import gevent
@@ -124,18 +130,41 @@ class _HeadWait(_Wait):
         return bool(self.timeout.__exit__(kind, value, traceback))
 
 
-class CountingSocket:
-    """A client's socket that counts the bytes received, for :func:`~service.web.connection.bytes_received`:
-    the app compares them with a chunked body's bytes to refuse one whose framing costs more than its data."""
+class ClientSocket:
+    """A client's socket as this worker serves it: it counts the bytes received, for
+    :func:`~service.web.connection.bytes_received` (the app compares them with a chunked body's bytes to
+    refuse one whose framing costs more than its data), and gives up on a client that takes none of its
+    answer for ``answer_timeout`` seconds (as nginx's ``send_timeout``): gevent's ``sendall`` waits for ever,
+    and the answer holds its share of the worker's memory budget until it has been sent."""
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(self, sock: Any, *, answer_timeout: float | None, on_stalled: Callable[[], None]) -> None:
         self.sock = sock
         self.bytes_received = 0
+        self._answer_timeout = answer_timeout
+        self._on_stalled = on_stalled
 
     def recv(self, *arguments: Any) -> bytes:
         data: bytes = self.sock.recv(*arguments)
         self.bytes_received += len(data)
         return data
+
+    def sendall(self, data: Any) -> None:
+        if self._answer_timeout is None:
+            self.sock.sendall(data)
+            return
+        view = memoryview(data).cast("B")
+        sent = 0
+        while sent < len(view):
+            stalled = BrokenPipeError(
+                errno.EPIPE, f"the client took none of its answer for {self._answer_timeout:g} s"
+            )
+            try:
+                with gevent.Timeout(self._answer_timeout, stalled):
+                    sent += self.sock.send(view[sent:])
+            except BrokenPipeError as error:
+                if error is stalled:
+                    self._on_stalled()
+                raise  # gunicorn closes the connection (quietly, as for a client gone); the answer is closed
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sock, name)  # everything else is the socket's own
@@ -300,7 +329,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         try:
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
-            super().handle(listener, CountingSocket(client), addr)
+            answer_timeout = None if self.admission is None else self.admission.limits.answer_timeout_seconds
+            stalled = functools.partial(self._log_stalled_reader, addr, answer_timeout)
+            super().handle(
+                listener, ClientSocket(client, answer_timeout=answer_timeout, on_stalled=stalled), addr
+            )
         finally:
             self.open_connections -= 1
             if not self.open_connections:
@@ -330,7 +363,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # connection after it
         on_close_request(lambda: setattr(req, "must_close", True))
         on_stall_watch(self.idle.body_wait)
-        counted = sock if isinstance(sock, CountingSocket) else None  # (not one gunicorn wrapped for TLS)
+        counted = sock if isinstance(sock, ClientSocket) else None  # (not one gunicorn wrapped for TLS)
         on_bytes_received(None if counted is None else lambda: counted.bytes_received)
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
@@ -352,6 +385,14 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # Other connections that are ready go first, then this one reads its next request.
         gevent.sleep(0)
         return handled
+
+    def _log_stalled_reader(self, addr: Any, seconds: float | None) -> None:
+        self.log.warning(
+            "closed the connection from %s: its client took none of its answer for %s s "
+            "(ANSWER_TIMEOUT_SECONDS)",
+            addr,
+            seconds,
+        )
 
     def _count_refusal(self, req: Any, status: int, seconds: float) -> None:
         """Count a refusal the worker answered in the app's metrics; the answer has gone already, and a

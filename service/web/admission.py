@@ -132,6 +132,7 @@ class AdmissionLimits:
     body_timeout_seconds: float
     body_min_bytes_per_second: int
     header_timeout_seconds: float
+    answer_timeout_seconds: float = 10.0
 
     def __post_init__(self) -> None:
         uploads_may_hold = int(UPLOAD_SHARE * self.memory_budget_bytes)
@@ -157,6 +158,7 @@ class AdmissionLimits:
             body_timeout_seconds=float(config["BODY_TIMEOUT_SECONDS"]),
             body_min_bytes_per_second=int(config["BODY_MIN_BYTES_PER_SECOND"]),
             header_timeout_seconds=float(config["HEADER_TIMEOUT_SECONDS"]),
+            answer_timeout_seconds=float(config["ANSWER_TIMEOUT_SECONDS"]),
         )
 
 

@@ -353,3 +353,39 @@ def _answered_before_the_other(server: Server) -> tuple[int, float]:
     assert paths.count("/v1/softmax") == PIPELINED
     assert paths.count("/v1/attention") == 1
     return paths.index("/v1/attention"), sends_seconds
+
+
+def test_a_client_that_stops_reading_its_answer_is_disconnected() -> None:
+    """Nothing bounded how long a worker waited for a client to take its answer, and the answer holds its
+    share of the memory budget until sent: three clients that never read an 80 MB answer kept every large
+    request of their worker at 503 for as long as they liked. Past ANSWER_TIMEOUT_SECONDS without taking any
+    of it, the client is disconnected; one that reads gets the whole answer."""
+    logits = 2_000_000  # an answer of about 10 MB, more than the sockets' buffers hold
+    body = b'{"logits":[' + b"0.1," * (logits - 1) + b"0.1]}"
+    head = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n"
+    )
+    with serving(env={"ANSWER_TIMEOUT_SECONDS": "1"}, workers=1) as running:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=30) as sock:
+            sock.sendall(head % len(body) + body)
+            first, rest = read_answer(sock)  # a client that reads: all of it
+        assert first == b"HTTP/1.1 200 OK"
+        whole = len(first) + 2 + len(rest)  # as sent, from its status line
+        assert whole > 8_000_000
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.settimeout(30)
+            sock.connect(("127.0.0.1", running.port))
+            sock.sendall(head % len(body) + body)
+            time.sleep(4)  # reads nothing for 4 s: the server's sends stall once the buffers are full
+            taken = 0
+            with contextlib.suppress(ConnectionResetError):
+                while chunk := sock.recv(65536):  # what the buffers held, then the server's close
+                    taken += len(chunk)
+        assert taken < whole
+        assert (
+            running.wait_for(lambda: running.stderr_contains("took none of its answer"), "the warning")
+            is not False
+        )
+        assert httpx.get(running.url("/livez"), timeout=10).status_code == 200
