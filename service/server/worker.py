@@ -153,18 +153,27 @@ class ClientSocket:
             self.sock.sendall(data)
             return
         view = memoryview(data).cast("B")
-        sent = 0
+        try:
+            sent = self.sock.send(view, 0, 0.0)  # at once, without waiting: it all fits, nearly always
+        except BlockingIOError:
+            sent = 0
         while sent < len(view):
-            stalled = BrokenPipeError(
-                errno.EPIPE, f"the client took none of its answer for {self._answer_timeout:g} s"
-            )
-            try:
-                with gevent.Timeout(self._answer_timeout, stalled):
-                    sent += self.sock.send(view[sent:])
-            except BrokenPipeError as error:
-                if error is stalled:
-                    self._on_stalled()
-                raise  # gunicorn closes the connection (quietly, as for a client gone); the answer is closed
+            sent += self._send_in_time(view[sent:], self._answer_timeout)
+
+    def _send_in_time(self, view: memoryview, seconds: float) -> int:
+        """Some of ``view``, once the client has taken enough of what was sent before to make room."""
+        timer = gevent.Timeout(seconds)
+        try:
+            with timer:
+                sent: int = self.sock.send(view)
+                return sent
+        except gevent.Timeout as fired:
+            if fired is not timer:
+                raise
+            self._on_stalled()
+            # gunicorn closes the connection quietly, as for a client gone; the answer is closed
+            stalled = f"the client took none of its answer for {seconds:g} s"
+            raise BrokenPipeError(errno.EPIPE, stalled) from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sock, name)  # everything else is the socket's own
