@@ -17,7 +17,8 @@ It fails on any worker death, any 500, any probe slower than its bound, any answ
 carries the request's ``X-Request-ID``) without its JSON log line, and any attack-specific rule above.
 
 Then the overload scenarios of issue #18 (deploy/overload.py), each against a server of its own: ``heavy``,
-``resend``, ``crowd-lies``, ``crowd-silent``, ``uploads``, ``expect``. ``--only NAME ...`` runs some attacks
+``resend``, ``crowd-lies``, ``crowd-silent``, ``uploads``, ``expect``, ``gzip-members``, ``tiny-chunks``,
+``unread-answers``. ``--only NAME ...`` runs some attacks
 alone (``python -m deploy.attack --only heavy``), ``--skip NAME ...`` leaves some out; ``--short`` is CI's
 form (shorter holds, fewer lying connections, two endpoints for ``heavy``); each count and hold has a flag.
 """
@@ -346,7 +347,10 @@ def metrics_on_tmpfs(enabled: bool) -> Iterator[dict[str, str]]:
 
 
 LEGACY = ("flood", "amplification", "lies", "chunked", "encodings", "slow")
-OVERLOAD = ("heavy", "resend", "crowd-lies", "crowd-silent", "uploads", "expect")
+OVERLOAD = (
+    *("heavy", "resend", "crowd-lies", "crowd-silent", "uploads", "expect"),
+    *("gzip-members", "tiny-chunks", "unread-answers"),  # the attack pass after admission control
+)
 # The issue's figures (the full form) and CI's short form of the overload scenarios.
 FULL = {"resend_seconds": 100.0, "lies": 1500, "lies_seconds": 70.0, "silent": 2500, "silent_seconds": 70.0}
 FULL |= {"uploads": 40, "uploads_seconds": 30.0}
@@ -439,8 +443,11 @@ def legacy_attacks(args: argparse.Namespace, env: dict[str, str], report: Report
 
 
 def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) -> list[overload.Verdict]:
-    """One scenario of issue #18 against a server of its own (started the default way)."""
-    server = start(env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=args.address_space or None)
+    """One scenario of issue #18 against a server of its own (started the default way; the latest round's
+    with one worker, so that every probe shares the attacked worker's loop)."""
+    workers = 1 if name in ("gzip-members", "tiny-chunks", "unread-answers") else None
+    limit = args.address_space or None
+    server = start(env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=limit, workers=workers)
     print(f"- {name} (127.0.0.1:{server.port}, load average {os.getloadavg()[0]:.1f})", flush=True)
     try:
         if name == "heavy":
@@ -454,8 +461,14 @@ def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) 
             verdicts = [overload.crowd(server, count=args.silent, lie=False, seconds=args.silent_seconds)]
         elif name == "uploads":
             verdicts = [overload.held_uploads(server, count=args.uploads, seconds=args.uploads_seconds)]
-        else:
+        elif name == "expect":
             verdicts = [overload.expect_continue(server)]
+        elif name == "gzip-members":
+            verdicts = [overload.gzip_members(server)]
+        elif name == "tiny-chunks":
+            verdicts = [overload.tiny_chunks(server)]
+        else:
+            verdicts = [overload.unread_answers(server)]
     finally:
         exit_code = server.terminate()
     if exit_code != 0:

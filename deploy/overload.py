@@ -18,12 +18,24 @@ under the attack's address-space limit), on 127.0.0.1, and every loop in it is b
   ``100 Continue`` before it, and the connection closed after it (not drained). A small body with the same
   header must still be answered.
 
+The next round of the attack found three more, each now a scenario against one worker (so that every probe
+shares the attacked loop) with ``/livez`` probed throughout (pass: every probe within 1 s, no worker killed):
+
+- **gzip-members**: a 4.8 MB body of 240,000 empty gzip members (each member used to copy the rest of the
+  body, on the loop, until the worker was killed). Pass: a 400 naming ``Content-Encoding`` within 5 s.
+- **tiny-chunks**: 2 MB of body in 1-byte chunks (12 MB on the wire; gunicorn parses each chunk in Python,
+  and the loop was held 9.7 s). Pass: a 400 naming ``Transfer-Encoding`` within 5 s.
+- **unread-answers**: three clients that ask for a 10 MB answer and never read it. Pass: each request ends
+  (its answer cut, or refused with a 503 while the others' answers hold the memory) within two
+  ``ANSWER_TIMEOUT_SECONDS`` (10) + 10 s, and the same large request, read, is answered 200 afterwards.
+
 Each scenario returns a :class:`Verdict`: one summary line of what it measured, and its failures.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.client
 import json
 import math
@@ -663,5 +675,138 @@ def expect_continue(server: Server) -> Verdict:
         f"Expect: 100-continue + Content-Length 999999999: {statuses or ['no answer']}, connection "
         f"{'closed' if closed else 'kept open'}, the next request on it {next_answered}; a small body with "
         f"the header: {small}"
+    )
+    return verdict
+
+
+def _probed_attack(
+    server: Server, name: str, send: Callable[[socket.socket], None], bound: float
+) -> tuple[Verdict, bytes, float, list[Reply]]:
+    """``send`` on a connection of its own while ``/livez`` is probed; the answer read until closed."""
+    verdict = Verdict(name)
+    workers = Workers(server)
+    started = time.monotonic()
+    with Prober(server.port, "GET", "/livez", None, interval=0.2, timeout=PATIENCE_SECONDS) as probes:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=PATIENCE_SECONDS) as sock:
+            sender = threading.Thread(target=send, args=(sock,), daemon=True)
+            sender.start()
+            answer, _ = read_for(sock, bound + 5.0)
+            answered = time.monotonic() - started
+            sender.join(PATIENCE_SECONDS)
+        time.sleep(1.0)  # a probe or two after it
+    _judge_livez(verdict, probes.replies)
+    killed = workers.judge(verdict)
+    verdict.seconds = time.monotonic() - started
+    verdict.summary = f"/livez {tally(probes.replies)}, worst {worst(probes.replies):.2f} s; {killed}"
+    return verdict, answer, answered, probes.replies
+
+
+def _judge_livez(verdict: Verdict, replies: list[Reply]) -> None:
+    late = [reply for reply in replies if not (livez_ok(reply) and reply.seconds <= LIVEZ_BOUND_SECONDS)]
+    if late:
+        verdict.fail(f"{len(late)} of {len(replies)} /livez not answered within 1 s: {tally(late)}")
+
+
+def _refused_naming(verdict: Verdict, answer: bytes, seconds: float, bound: float, header: str) -> None:
+    statuses = status_lines(answer)
+    body = answer.partition(b"\r\n\r\n")[2]
+    named = False
+    with contextlib.suppress(ValueError, AttributeError):
+        named = header in json.loads(body).get("errors", {})
+    if statuses[:1] != ["HTTP/1.1 400 BAD REQUEST"] or not named:
+        verdict.fail(f"answered {statuses[:1] or 'nothing'} {body[:160]!r}, not a 400 naming {header}")
+    elif seconds > bound:
+        verdict.fail(f"the 400 came after {seconds:.1f} s, over {bound:g} s")
+    verdict.summary = f"{statuses[:1] or ['no answer']} after {seconds:.2f} s; " + verdict.summary
+
+
+def gzip_members(server: Server) -> Verdict:
+    body = gzip.compress(b"") * 240_000
+    head = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+        b"Content-Encoding: gzip\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+    )
+
+    def send(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            sock.sendall(head + body)
+
+    verdict, answer, seconds, _ = _probed_attack(server, "gzip-members", send, 5.0)
+    _refused_naming(verdict, answer, seconds, 5.0, "Content-Encoding")
+    return verdict
+
+
+def tiny_chunks(server: Server) -> Verdict:
+    body = b'{"logits":[0,1]}' + b" " * (2 * MIB - 16)
+    wire = b"".join(b"1\r\n%c\r\n" % byte for byte in body) + b"0\r\n\r\n"
+    head = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+        b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )
+
+    def send(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # the server closes once it has refused the body
+            sock.sendall(head + wire)
+
+    verdict, answer, seconds, _ = _probed_attack(server, "tiny-chunks", send, 5.0)
+    _refused_naming(verdict, answer, seconds, 5.0, "Transfer-Encoding")
+    return verdict
+
+
+UNREAD_LOGITS = 2_000_000  # a body of 8 MB, an answer of about 10 MB
+ANSWER_TIMEOUT_SECONDS = 10.0  # the default
+
+
+def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
+    verdict = Verdict("unread-answers")
+    workers = Workers(server)
+    body = b'{"logits":[' + b"0.1," * (UNREAD_LOGITS - 1) + b"0.1]}"
+    head = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
+        b"X-Request-ID: %s\r\nContent-Length: %d\r\n\r\n"
+    )
+    ids = [f"unread-{number}-{time.monotonic_ns()}" for number in range(clients)]
+    # A request ends when its answer has been cut (a streamed answer's access line is written then), or
+    # refused with a small 503 (the memory budget is held by the others' answers). Reading a socket to see
+    # whether it was closed would feed its answer, so the server's access lines are what count. One may
+    # start once another's has been cut: about two timeouts in.
+    bound = 2 * ANSWER_TIMEOUT_SECONDS + 10.0
+
+    def ended() -> dict[str, dict[str, object]]:
+        lines = (json.loads(line) for line in list(server.stdout) if line.startswith("{"))
+        return {str(line["request_id"]): line for line in lines if line.get("request_id") in ids}
+
+    started = time.monotonic()
+    with Prober(server.port, "GET", "/livez", None, interval=0.5, timeout=PATIENCE_SECONDS) as probes:
+        sockets = []
+        try:
+            for request_id in ids:
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # and never read
+                sock.settimeout(PATIENCE_SECONDS)
+                sock.connect(("127.0.0.1", server.port))
+                sock.sendall(head % (request_id.encode(), len(body)) + body)
+            while len(ended()) < clients and time.monotonic() - started < bound:
+                time.sleep(0.2)
+            seconds = time.monotonic() - started
+            lines = ended()  # before the clients close: then every answer ends
+            cut = sum("took none of its answer" in line for line in server.stderr)
+        finally:
+            for sock in sockets:
+                sock.close()
+        read = fresh(server.port, "POST", "/v1/softmax", body, timeout=PATIENCE_SECONDS)
+    if len(lines) < clients:
+        verdict.fail(f"{clients - len(lines)} of {clients} unread answers still held after {bound:g} s")
+    if read.status != 200:
+        verdict.fail(f"the same request, read, got {outcome(read)} afterwards")
+    _judge_livez(verdict, probes.replies)
+    killed = workers.judge(verdict)
+    statuses = Counter(str(line["status"]) for line in lines.values())
+    verdict.seconds = time.monotonic() - started
+    verdict.summary = (
+        f"{len(lines)} of {clients} unread requests ended within {seconds:.1f} s ({cut} answers cut, "
+        f"statuses {dict(statuses)}); the same request read afterwards: {outcome(read)}; /livez "
+        f"{tally(probes.replies)}, worst {worst(probes.replies):.2f} s; {killed}"
     )
     return verdict
