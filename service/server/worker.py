@@ -68,6 +68,8 @@ MIN_IDLE_SECONDS = 0.5
 # After an answer that closes its connection with a body left unread, what the client still sends is read and
 # thrown away for this long, so the answer is not lost to a reset (see linger()).
 LINGER_SECONDS = 2.0
+# The most of an answer the kernel queues unsent on a connection (TCP_NOTSENT_LOWAT; see ClientSocket).
+UNSENT_BYTES = 128 * 1024
 LINGER_READ_BYTES = 64 * 1024
 # A worker sharing the listening socket accepts one more connection per wake-up for each of these seconds its
 # loop lags, up to the most: a connection waits about one turn of a busy loop instead of one turn per
@@ -142,6 +144,12 @@ class ClientSocket:
         self.bytes_received = 0
         self._answer_timeout = answer_timeout
         self._on_stalled = on_stalled
+        if answer_timeout is not None:
+            # Linux calls a socket writable again only once a third of its send buffer is free (up to 4 MiB
+            # on loopback): a client reading 64 KiB a second left a send waiting 20 s, and was cut although
+            # it read all along. With at most this much queued unsent, a send waits for 64 KiB read.
+            with contextlib.suppress(OSError, AttributeError):  # not TCP (a Unix socket), or not Linux
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_BYTES)
 
     def recv(self, *arguments: Any) -> bytes:
         data: bytes = self.sock.recv(*arguments)

@@ -8,6 +8,8 @@ answering probes. Loopback only; every crowd and loop is bounded in count and ti
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import socket
 import threading
 import time
@@ -389,3 +391,31 @@ def test_a_client_that_stops_reading_its_answer_is_disconnected() -> None:
             is not False
         )
         assert httpx.get(running.url("/livez"), timeout=10).status_code == 200
+
+
+def test_a_client_reading_its_answer_steadily_gets_all_of_it() -> None:
+    """Linux wakes a waiting send only once a third of the socket's send buffer is free (the buffer grows to
+    4 MiB on loopback), so a client reading 1 MiB a second of a 10 MB answer was cut as one that took none of
+    it for ANSWER_TIMEOUT_SECONDS (1 s here); with at most 128 KiB queued unsent, each send waits for about
+    64 KiB read."""
+    logits = 2_000_000  # an answer of about 10 MB
+    body = b'{"logits":[' + b"0.1," * (logits - 1) + b"0.1]}"
+    with serving(env={"ANSWER_TIMEOUT_SECONDS": "1"}, workers=1) as running:
+        connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
+        try:
+            connection.request("POST", "/v1/softmax", body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200
+            received = b""
+            for _ in range(400):  # bounded: 400 × 1/8 s = 50 s; 128 KiB each time, 1 MiB a second
+                piece = response.read(128 * 1024)
+                if not piece:
+                    break
+                received += piece
+                time.sleep(1 / 8)
+        finally:
+            connection.close()
+        probabilities = json.loads(received)["probabilities"]  # the whole answer: it parses
+        assert len(probabilities) == logits
+        assert probabilities[0] == pytest.approx(1 / logits, rel=1e-12)
+        assert not running.stderr_contains("took none of its answer")
