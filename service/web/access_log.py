@@ -94,7 +94,9 @@ def _declared_length(request: Request, fields: dict[str, Any]) -> None:
 
 
 class _CountedBody:
-    """A streamed answer's iterable that writes the access line once the server has taken every piece."""
+    """A streamed answer's iterable that writes the access line once the server is done with it: the bytes
+    the server took (a piece counts once the server asks for the next one, or ends), and ``cut_short`` when
+    it stopped before the last piece (a client gone, or one that stopped reading: ANSWER_TIMEOUT_SECONDS)."""
 
     def __init__(
         self, pieces: Iterable[bytes] | Iterable[str], fields: dict[str, Any], started: float
@@ -103,12 +105,14 @@ class _CountedBody:
         self._fields = fields
         self._started = started
         self._sent = 0
+        self._whole = False
 
     def __iter__(self) -> Iterator[bytes]:
         for piece in self._pieces:
             data = piece.encode() if isinstance(piece, str) else piece
-            self._sent += len(data)
             yield data
+            self._sent += len(data)  # the server has written it: it asks for the next piece
+        self._whole = True
 
     def close(self) -> None:
         close = getattr(self._pieces, "close", None)
@@ -116,6 +120,8 @@ class _CountedBody:
             close()
         self._fields["duration_ms"] = round((time.perf_counter() - self._started) * 1000, 3)
         self._fields["bytes"] = self._sent
+        if not self._whole:
+            self._fields["cut_short"] = True
         write_line(self._fields)
 
 

@@ -89,3 +89,28 @@ def test_a_log_that_cannot_be_written_costs_the_line_not_the_answer(
     assert answer.json is not None
     assert answer.json["weights"] == pytest.approx([0.3302384506733431, 0.6697615493266569], rel=1e-12)
     assert "could not be written" in capsys.readouterr().err
+
+
+def test_a_streamed_answer_the_server_stops_sending_is_logged_cut_short(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A streamed answer's line is written when the server closes it, with the bytes the server wrote: the
+    piece it failed to send (a client gone, or one that stopped reading) is not counted, and the line says
+    the answer was cut short; a whole answer's line does not."""
+    from service.web.answers import STREAM_ABOVE_ELEMENTS
+
+    client = create_app({"TESTING": True}).test_client()
+    body = {"logits": [0.0] * (STREAM_ABOVE_ELEMENTS + 10)}
+    capsys.readouterr()
+    with client.post("/v1/softmax", json=body, headers={"X-Request-ID": "whole"}) as whole:
+        assert whole.status_code == 200
+        whole_bytes = len(whole.get_data())
+    with client.post("/v1/softmax", json=body, buffered=False, headers={"X-Request-ID": "cut"}) as cut:
+        pieces = iter(cut.response)
+        first = next(pieces)  # the server writes one piece; the next one fails to go out
+        next(pieces)
+    lines = {line["request_id"]: line for line in _lines(capsys.readouterr().out)}
+    assert lines["whole"]["bytes"] == whole_bytes
+    assert "cut_short" not in lines["whole"]
+    assert lines["cut"]["bytes"] == len(first)
+    assert lines["cut"]["cut_short"] is True
