@@ -25,7 +25,7 @@ shares the attacked loop) with ``/livez`` probed throughout (pass: every probe w
   body, on the loop, until the worker was killed). Pass: a 400 naming ``Content-Encoding`` within 5 s.
 - **tiny-chunks**: 2 MB of body in 1-byte chunks (12 MB on the wire; gunicorn parses each chunk in Python,
   and the loop was held 9.7 s). Pass: a 400 naming ``Transfer-Encoding`` within 10 s (refused after about
-  440 KB of body: about 2 s of parsing).
+  230 KB of body: about 1 s of parsing).
 - **unread-answers**: three clients that ask for a 10 MB answer and never read it. Pass: each request ends
   (its answer cut, or refused with a 503 while the others' answers hold the memory) within two
   ``ANSWER_TIMEOUT_SECONDS`` (10) + 10 s, and the same large request, read, is answered 200 afterwards.

@@ -38,8 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import socket
+import struct
+import termios
 import time
 import urllib.parse
 import weakref
@@ -70,6 +73,9 @@ MIN_IDLE_SECONDS = 0.5
 LINGER_SECONDS = 2.0
 # The most of an answer the kernel queues unsent on a connection (TCP_NOTSENT_LOWAT; see ClientSocket).
 UNSENT_BYTES = 128 * 1024
+# A send that waits ANSWER_TIMEOUT_SECONDS while its client takes some of the answer waits again, this many
+# times at most (a client reading a few bytes per timeout cannot hold an answer for ever).
+MOST_ANSWER_WAITS = 30
 LINGER_READ_BYTES = 64 * 1024
 # A worker sharing the listening socket accepts one more connection per wake-up for each of these seconds its
 # loop lags, up to the most: a connection waits about one turn of a busy loop instead of one turn per
@@ -169,19 +175,36 @@ class ClientSocket:
             sent += self._send_in_time(view[sent:], self._answer_timeout)
 
     def _send_in_time(self, view: memoryview, seconds: float) -> int:
-        """Some of ``view``, once the client has taken enough of what was sent before to make room."""
-        timer = gevent.Timeout(seconds)
+        """Some of ``view``, once the client has taken enough of what was sent before to make room; cut when
+        it has taken none of it (its queue in the kernel no shorter) for ``seconds``."""
+        for _ in range(MOST_ANSWER_WAITS):
+            queued = self._queued()
+            timer = gevent.Timeout(seconds)
+            try:
+                with timer:
+                    sent: int = self.sock.send(view)
+                    return sent
+            except gevent.Timeout as fired:
+                if fired is not timer:
+                    raise
+            still = self._queued()
+            if queued is None or still is None or still >= queued:
+                break  # nothing taken: the client stopped reading
+            # It is reading, only slower than the kernel's wake-up needs (the room it waits for): wait on.
+        self._on_stalled()
+        # gunicorn closes the connection quietly, as for a client gone; the answer is closed
+        stalled = f"the client took none of its answer for {seconds:g} s"
+        raise BrokenPipeError(errno.EPIPE, stalled) from None
+
+    def _queued(self) -> int | None:
+        """Bytes of answers in the kernel's queue for this connection, sent or not but not yet acknowledged
+        by the client (SIOCOUTQ); None where the kernel does not say."""
         try:
-            with timer:
-                sent: int = self.sock.send(view)
-                return sent
-        except gevent.Timeout as fired:
-            if fired is not timer:
-                raise
-            self._on_stalled()
-            # gunicorn closes the connection quietly, as for a client gone; the answer is closed
-            stalled = f"the client took none of its answer for {seconds:g} s"
-            raise BrokenPipeError(errno.EPIPE, stalled) from None
+            answer = fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+        except (OSError, ValueError, AttributeError):
+            return None
+        queued: int = struct.unpack("i", answer)[0]
+        return queued
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sock, name)  # everything else is the socket's own

@@ -46,16 +46,20 @@ class BodyTooSlow(RequestTimeout):
 
 # A chunked body is read this much at a time, its framing checked and the worker's loop let run between reads:
 # gunicorn parses each chunk in Python, so a read of 64 KiB in 1-byte chunks held the loop 0.3 s, and a 16 MiB
-# body of them 80 s (the worker was killed for a missed heartbeat).
-CHUNKED_READ_BYTES = 8 * 1024
+# body of them 80 s (the worker was killed for a missed heartbeat). 4 KiB of 1-byte chunks take about 20 ms.
+CHUNKED_READ_BYTES = 4 * 1024
+# A read of a chunked body that took longer than this (its chunks are small) is followed by a turn of the
+# loop that polls for input (a sleep of POLL_SECONDS), not only by a yield; a fast one costs nothing more.
+SLOW_READ_SECONDS = 0.002
+POLL_SECONDS = 0.0001
 # What a chunked body may take on the wire: its bytes, a tenth more for the chunks' sizes and line ends
 # (chunks of 60 bytes and more on average), and this much besides: a small body in small chunks, and what the
-# server has received of the body but not yet handed out (gunicorn reads a large chunk ahead, up to 1 MiB a
-# receive, and keeps a parsed piece of up to that besides: 2 MiB). Past it, a 400: the framing costs more
-# than the data is worth. What the allowance lets through costs about 2 s of CPU at most (440,000 1-byte
-# chunks, at about 4.6 µs each), with the loop let run every 8 KiB.
+# server has received of the body but not yet handed out (gunicorn receives up to 1 MiB of a large chunk at
+# once, and hands it out as asked: 1 MiB and 8 bytes held back at most, measured). Past it, a 400: the framing
+# costs more than the data is worth. What the allowance lets through costs about 1 s of CPU at most (about
+# 230,000 1-byte chunks, at about 4.6 µs each), with the loop let run every 4 KiB.
 FRAMING_SHARE = 0.1
-FRAMING_ALLOWANCE_BYTES = 2 * 1024 * 1024 + 64 * 1024
+FRAMING_ALLOWANCE_BYTES = 1024 * 1024 + 64 * 1024
 
 
 class CountingInput:
@@ -128,6 +132,7 @@ class CountingInput:
         got = 0
         while size is None or size < 0 or got < size:
             asked = CHUNKED_READ_BYTES if size is None or size < 0 else min(CHUNKED_READ_BYTES, size - got)
+            started = time.perf_counter()
             piece = self._counted(self._stream.read, asked)
             pieces.append(piece)
             got += len(piece)
@@ -135,7 +140,7 @@ class CountingInput:
             if len(piece) < asked:
                 self.ended = True
                 break
-            _let_other_connections_run()
+            _let_other_connections_run(polled=time.perf_counter() - started > SLOW_READ_SECONDS)
         return b"".join(pieces)
 
     def _check_framing(self) -> None:
@@ -189,11 +194,14 @@ class CountingInput:
         return line
 
 
-def _let_other_connections_run() -> None:
+def _let_other_connections_run(*, polled: bool) -> None:
+    """Let the worker's loop run the other greenlets that are ready; ``polled``: and look for new input
+    first (accept a probe's connection, read its head), which ``gevent.sleep(0)`` does not: it runs only what
+    is ready already, so a probe waited 1.1 s for a body of tiny chunks read 4 KiB at a time."""
     if under_gevent():
         import gevent  # only under the gevent worker, where it is loaded already
 
-        gevent.sleep(0)
+        gevent.sleep(POLL_SECONDS if polled else 0)
 
 
 def install_body_counting(app: Flask) -> None:
