@@ -152,8 +152,8 @@ class ClientSocket:
         self._on_stalled = on_stalled
         if answer_timeout is not None:
             # Linux calls a socket writable again only once a third of its send buffer is free (up to 4 MiB
-            # on loopback): a client reading 64 KiB a second left a send waiting 20 s, and was cut although
-            # it read all along. With at most this much queued unsent, a send waits for 64 KiB read.
+            # on loopback): a client reading 64 KiB a second left a send waiting 20 s. With at most this much
+            # queued unsent, a send waits for 100-230 KiB read; _send_in_time waits again for a slower reader.
             with contextlib.suppress(OSError, AttributeError):  # not TCP (a Unix socket), or not Linux
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_BYTES)
 

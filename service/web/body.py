@@ -18,7 +18,13 @@ from flask import Flask, has_request_context, request
 from flask.wrappers import Request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, RequestTimeout
 
-from service.web.connection import bytes_received, close_connection_after_answer, stall_watch, under_gevent
+from service.web.connection import (
+    bytes_received,
+    close_connection_after_answer,
+    let_other_connections_run,
+    stall_watch,
+    under_gevent,
+)
 from service.web.problems import Problem
 
 _ENVIRON_KEY = "attention.body"
@@ -140,7 +146,10 @@ class CountingInput:
             if len(piece) < asked:
                 self.ended = True
                 break
-            _let_other_connections_run(polled=time.perf_counter() - started > SLOW_READ_SECONDS)
+            # A slow read (small chunks) is followed by a turn that polls for input: a probe's new connection
+            # waited 1.1 s for a body of tiny chunks when each read was followed by gevent.sleep(0) alone.
+            slow = time.perf_counter() - started > SLOW_READ_SECONDS
+            let_other_connections_run(poll_seconds=POLL_SECONDS if slow else 0.0)
         return b"".join(pieces)
 
     def _check_framing(self) -> None:
@@ -192,16 +201,6 @@ class CountingInput:
         if not line:
             raise StopIteration
         return line
-
-
-def _let_other_connections_run(*, polled: bool) -> None:
-    """Let the worker's loop run the other greenlets that are ready; ``polled``: and look for new input
-    first (accept a probe's connection, read its head), which ``gevent.sleep(0)`` does not: it runs only what
-    is ready already, so a probe waited 1.1 s for a body of tiny chunks read 4 KiB at a time."""
-    if under_gevent():
-        import gevent  # only under the gevent worker, where it is loaded already
-
-        gevent.sleep(POLL_SECONDS if polled else 0)
 
 
 def install_body_counting(app: Flask) -> None:

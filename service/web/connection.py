@@ -38,6 +38,16 @@ def under_gevent() -> bool:
     return gevent is not None and gevent.monkey.is_module_patched("socket")
 
 
+def let_other_connections_run(*, poll_seconds: float = 0.0) -> None:
+    """Under gevent, let the worker's loop run the other greenlets that are ready. ``gevent.sleep(0)`` runs
+    only those; a sleep of ``poll_seconds`` > 0 is a turn of the loop that looks for new input first
+    (accepts a probe's connection, reads its head)."""
+    if under_gevent():
+        import gevent  # only under the gevent worker, where it is loaded already
+
+        gevent.sleep(poll_seconds)
+
+
 def close_connection_after_answer() -> None:
     """Ask the server to close this connection once the answer is sent."""
     _close_after_answer.set(True)

@@ -17,7 +17,7 @@ import flask
 
 from service.web.admission import SMALL_BODY_BYTES, hold_body_bytes
 from service.web.body import note_inflated_size, read_body
-from service.web.connection import under_gevent
+from service.web.connection import let_other_connections_run
 from service.web.problems import Problem
 
 CONTENT_ENCODING = "Content-Encoding"
@@ -130,7 +130,7 @@ def inflate(data: bytes, coding: str, *, limit: int | None, hold: Callable[[int]
             exhausted = not decompressor.unconsumed_tail and position == len(compressed)
             if len(piece) < step and exhausted and not decompressor.eof:
                 break  # every byte given, nothing more to inflate, and the stream not ended: cut short
-            _let_other_requests_run()
+            let_other_connections_run()  # between steps of a large body
         if not decompressor.eof:
             raise _malformed(coding, f"its {coding} data ends before the end of the compressed stream")
         position -= len(decompressor.unused_data)  # given to zlib, but after the end of this member
@@ -158,11 +158,3 @@ def _malformed(coding: str, reason: str) -> Problem:
     return Problem(
         400, message, slug="malformed-body", title="Malformed body", errors={CONTENT_ENCODING: [message]}
     )
-
-
-def _let_other_requests_run() -> None:
-    """Between steps of a large body, let the worker's loop serve other connections (under gevent)."""
-    if under_gevent():
-        import gevent  # only under the gevent worker, where it is loaded already
-
-        gevent.sleep(0)
