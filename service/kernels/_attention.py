@@ -479,9 +479,11 @@ def rotate_rows(
     check_positions_from(key_offset, m, field="rotary.key_offset")
     query_positions = np.arange(n, dtype=np.float64) + query_offset
     key_positions = np.arange(m, dtype=np.float64) + key_offset
+    query_tables = tables_at(query_positions, dim, base, dtype, field="rotary.base")
+    key_tables = tables_at(key_positions, dim, base, dtype, field="rotary.base")
     return (
-        rotate(q, tables_at(query_positions, dim, base, dtype), style=rotary.style, field="query"),
-        rotate(k, tables_at(key_positions, dim, base, dtype), style=rotary.style, field="key"),
+        rotate(q, query_tables, style=rotary.style, field="query"),
+        rotate(k, key_tables, style=rotary.style, field="key"),
     )
 
 

@@ -54,10 +54,20 @@ def _positions(positions: ArrayLike, *, field: str = "positions") -> NDArray[np.
     return positions_f64
 
 
-def _angles(positions: NDArray[np.float64], dim: int, base: float) -> NDArray[np.float64]:
-    """``[len(positions), dim / 2]``: ``position · base^(−2i/dim)`` in float64."""
-    frequencies = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
-    angles: NDArray[np.float64] = np.outer(positions, frequencies)
+def _angles(positions: NDArray[np.float64], dim: int, base: float, *, field: str) -> NDArray[np.float64]:
+    """``[len(positions), dim / 2]``: ``position · base^(−2i/dim)`` in float64.
+
+    A base far below 1 makes the frequencies, or their products with the positions, overflow (5e-324 with
+    ``dim`` 64): sin and cos of such angles are NaN, so that is refused, naming the base (``field``).
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        frequencies = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+        angles: NDArray[np.float64] = np.outer(positions, frequencies)
+    if not all_finite(angles):
+        raise KernelError(
+            f"{field} = {base:g} is too small: the angles position · {field}^(−2i/{dim}) overflow float64",
+            field=field,
+        )
     return angles
 
 
@@ -75,7 +85,7 @@ def sinusoidal_encoding(
     if d_model % 2:
         raise KernelError(f"d_model must be even (sin and cos pairs), got {d_model}", field="d_model")
     base = _check_base(base)
-    angles = _angles(_positions(positions), d_model, base)
+    angles = _angles(_positions(positions), d_model, base, field="base")
     table = np.empty((angles.shape[0], d_model), dtype=np.float64)
     table[:, 0::2] = np.sin(angles)
     table[:, 1::2] = np.cos(angles)
@@ -117,9 +127,11 @@ def rotary_tables(
     return tables_at(_positions(positions), dim, _check_base(base), float_dtype)
 
 
-def tables_at(positions: NDArray[np.float64], dim: int, base: float, dtype: FloatDType) -> RotaryTables:
-    """:func:`rotary_tables` for arguments already checked."""
-    angles = _angles(positions, dim, base)
+def tables_at(
+    positions: NDArray[np.float64], dim: int, base: float, dtype: FloatDType, *, field: str = "base"
+) -> RotaryTables:
+    """:func:`rotary_tables` for arguments already checked (``field`` names the base in errors)."""
+    angles = _angles(positions, dim, base, field=field)
     return RotaryTables(cos=_cast(np.cos(angles), dtype), sin=_cast(np.sin(angles), dtype))
 
 

@@ -279,3 +279,27 @@ def test_a_float32_overflow_names_the_input_or_bias_beyond_its_range(
         post(path, {**body, "precision": "float32"}), 422, field=field, says="overflowed"
     )
     assert problem["type"].endswith(":numerical-overflow")
+
+
+def test_a_base_whose_angles_overflow_is_a_422_naming_it() -> None:
+    # 5e-324 ** (-62/64) overflows float64: the sinusoidal table was a 200 with NaN (null) in every row, and
+    # rotary blamed the rotated input.
+    ones = [[1.0] * 64, [1.0] * 64]
+    tiny = 5e-324
+    sinusoidal = {"kind": "sinusoidal", "length": 3, "d_model": 64, "base": tiny}
+    assert_problem(post("/v1/positional-encoding", sinusoidal), 422, field="base", says="too small")
+    rotary = {"kind": "rotary", "x": ones, "base": tiny}
+    assert_problem(post("/v1/positional-encoding", rotary), 422, field="base", says="too small")
+    attention = {"query": ones, "key": ones, "value": [[1.0], [2.0]], "rotary": {"base": tiny}}
+    assert_problem(post("/v1/attention", attention), 422, field="rotary.base", says="too small")
+    eye = np.eye(64).tolist()
+    layer = {
+        "query": ones,
+        **{name: eye for name in ("w_q", "w_k", "w_v", "w_o")},
+        "num_heads": 1,
+        "rotary": {"base": tiny},
+    }
+    assert_problem(post("/v1/multi-head-attention", layer), 422, field="rotary.base", says="too small")
+    # A base just large enough keeps every angle finite: a 200 with a finite table.
+    table = post("/v1/positional-encoding", {**sinusoidal, "base": 1e-300}).get_json()["encoding"]
+    assert all(value is not None for row in table for value in row)
