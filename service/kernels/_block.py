@@ -13,7 +13,8 @@ its path (``attention.w_q``, ``feed_forward.w_3``, ``norm_1.weight``); the block
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import contextlib
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
@@ -166,12 +167,13 @@ def transformer_block(
     n = array.shape[-2]
     heads = "weights" in outputs
     if layers.norm_position == "pre":
-        normed = _norm(sequence, layers.norm_1, "norm_1", float_dtype)
+        normed = _norm(sequence, layers.norm_1, "norm_1", float_dtype, of=None)
         attended = _attend(
             normed[..., -n:, :], None if earlier is None else normed, layers, options, heads, float_dtype
         )
         residual = _residual(array, attended.output, "x + attention", float_dtype)
-        update = _feed_forward(_norm(residual, layers.norm_2, "norm_2", float_dtype), layers, float_dtype)
+        normed = _norm(residual, layers.norm_2, "norm_2", float_dtype, of="h = x + attention")
+        update = _feed_forward(normed, layers, float_dtype, of="norm_2(h)")
         output = _residual(residual, update, "h + feed_forward", float_dtype)
     else:
         attended = _attend(array, None if earlier is None else sequence, layers, options, heads, float_dtype)
@@ -180,10 +182,15 @@ def transformer_block(
             layers.norm_1,
             "norm_1",
             float_dtype,
+            of="x + attention",
         )
-        update = _feed_forward(residual, layers, float_dtype)
+        update = _feed_forward(residual, layers, float_dtype, of="h = norm_1(x + attention)")
         output = _norm(
-            _residual(residual, update, "h + feed_forward", float_dtype), layers.norm_2, "norm_2", float_dtype
+            _residual(residual, update, "h + feed_forward", float_dtype),
+            layers.norm_2,
+            "norm_2",
+            float_dtype,
+            of="h + feed_forward",
         )
     return TransformerBlockResult(
         output=output,
@@ -193,9 +200,26 @@ def transformer_block(
     )
 
 
-def _norm(x: FloatArray, options: NormOptions, part: str, dtype: FloatDType) -> FloatArray:
-    with fields_under(part, renamed=_PART_INPUT):
+def _norm(x: FloatArray, options: NormOptions, part: str, dtype: FloatDType, *, of: str | None) -> FloatArray:
+    """``part`` (``norm_1`` or ``norm_2``) over ``x``: the block's input when ``of`` is None, else the sum
+    ``of`` names."""
+    with _input_named(part, of), fields_under(part, renamed=_PART_INPUT):
         return layer_norm(x, options, dtype=dtype)
+
+
+@contextlib.contextmanager
+def _input_named(part: str, of: str | None) -> Iterator[None]:
+    """An error about the input of ``part`` names ``part`` and says which sum it was (``of``) when that input
+    is not the block's ``x``: the post-norm ``norm_2``'s row variance overflowing had been blamed on ``x``,
+    when a weight (``feed_forward.w_2 = 1e308``) made the row."""
+    try:
+        yield
+    except KernelError as error:
+        if of is not None and error.field == "x":
+            error.field = part
+            error.message = f"{part}'s input ({of}): {error.message}"
+            error.args = (error.message,)
+        raise
 
 
 def _attend(
@@ -228,8 +252,9 @@ class _Attended:
     empty_rows: IntArray
 
 
-def _feed_forward(x: FloatArray, layers: TransformerBlockLayers, dtype: FloatDType) -> FloatArray:
-    with fields_under("feed_forward", renamed=_PART_INPUT):
+def _feed_forward(x: FloatArray, layers: TransformerBlockLayers, dtype: FloatDType, *, of: str) -> FloatArray:
+    """The feed-forward sublayer over ``x``, the sum or norm ``of`` names."""
+    with _input_named("feed_forward", of), fields_under("feed_forward", renamed=_PART_INPUT):
         return feed_forward(x, layers.feed_forward, dtype=dtype).output
 
 

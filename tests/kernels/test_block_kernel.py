@@ -294,3 +294,35 @@ def test_float32_blocks_are_computed_in_float32() -> None:
         causal=True,
     )
     np.testing.assert_allclose(result.output, expected, rtol=1e-4, atol=1e-4)
+
+
+_EYE = np.eye(2)
+
+
+@pytest.mark.parametrize(
+    ("norm_position", "changes", "field", "sum_named"),
+    [
+        # x is [[1, 0], [0, 1]] in every case: a weight makes the rows that overflow, not x.
+        ("pre", {"attention.w_o": 1e308 * _EYE}, "norm_2", "h = x + attention"),
+        ("post", {"feed_forward.w_2": 1.7e308 * _EYE}, "norm_2", "h + feed_forward"),
+        ("post", {"norm_1.weight": np.array([1e300, 1e300])}, "norm_2", "h + feed_forward"),
+    ],
+)
+def test_an_overflow_inside_the_block_names_the_part_whose_input_it_was(
+    norm_position: str, changes: dict[str, Any], field: str, sum_named: str
+) -> None:
+    # Each was blamed on x, the block's small input.
+    parts: dict[str, Any] = {
+        "attention": {"w_q": _EYE, "w_k": _EYE, "w_v": _EYE, "w_o": _EYE},
+        "num_heads": 1,
+        "feed_forward": {"w_1": _EYE, "w_2": _EYE},
+        "norm_1": {},
+        "norm_2": {},
+    }
+    for path, value in changes.items():
+        part, name = path.split(".")
+        parts[part][name] = value
+    with pytest.raises(NumericalOverflowError) as error:
+        transformer_block(_EYE, build(parts, norm_position))
+    assert error.value.field == field
+    assert sum_named in error.value.message
