@@ -9,10 +9,12 @@ gunicorn's own error answers.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import tempfile
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,11 @@ worker_tmp_dir = os.environ.get("GUNICORN_WORKER_TMP_DIR", "/dev/shm" if Path("/
 accesslog = None
 errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+# No request header sets the WSGI SCRIPT_NAME or PATH_INFO (gunicorn's default trusts them from any client of
+# forwarded_allow_ips, 127.0.0.1 by default): the service is not mounted under a prefix, and a SCRIPT_NAME
+# header that the path did not start with was a 500 for any local client. An operator who mounts it under a
+# prefix sets SCRIPT_NAME in the environment, which gunicorn reads as before.
+forwarder_headers = ""
 # gunicorn 24+'s runtime control socket sits at one path per user, so two servers on a machine would
 # fight over it; nothing here uses it.
 control_socket_disable = True
@@ -123,6 +130,9 @@ def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
     so no request goes unlogged) and, when every origin is allowed, the CORS headers a browser needs to
     read them; with a list of origins the unparsed request's Origin is unknown, so none is sent.
     """
+    # gunicorn passes "Bad Request" as the reason of its 501 and 500 too: the status's own phrase instead.
+    with contextlib.suppress(ValueError):
+        reason = HTTPStatus(status_int).phrase
     answer, request_id = problem_bytes(status_int, reason, mesg)
     gunicorn.util.write_nonblock(sock, answer)
     log_answer(status_int, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)

@@ -3,7 +3,9 @@
 The WSGI input stream is wrapped before Flask sees it, so the access log and the body-size histogram can
 report the bytes the service read rather than the ``Content-Length`` a client claimed (which may be a lie,
 or 2^64). A body that cannot be read — a malformed chunked encoding, which gunicorn reports by raising its
-own parse errors from ``read`` — becomes a 400 naming the cause instead of an unhandled 500.
+own parse errors from ``read`` — becomes a 400 naming the cause instead of an unhandled 500, and so does a
+body that ends before its ``Content-Length`` or its last chunk (the client closed its side): it is incomplete,
+and is never computed.
 """
 
 from __future__ import annotations
@@ -77,9 +79,14 @@ class CountingInput:
     connections (:func:`~service.web.connection.stall_watch`).
     """
 
-    def __init__(self, stream: IO[bytes], *, chunked: bool = False) -> None:
+    def __init__(
+        self, stream: IO[bytes], *, chunked: bool = False, declared_length: int | None = None
+    ) -> None:
         self._stream = stream
         self.bytes_read = 0
+        self._chunked = chunked
+        # The Content-Length (None for a chunked body): a body that ends before it is incomplete, not shorter.
+        self._declared_length = declared_length
         # For a chunked body, when the server counts what its connection received: that count at the start.
         self._received_at_start = bytes_received() if chunked else None
         self.deadline: float | None = None  # by when the whole body must have arrived
@@ -129,7 +136,18 @@ class CountingInput:
         data = self._counted(self._stream.read, size)
         if size is None or size < 0 or len(data) < size:
             self.ended = True
+            self._check_complete()
         return data
+
+    def _check_complete(self) -> None:
+        """400 when the body ended (its client closed its side) before its declared length: RFC 9112 section
+        8 makes such a message incomplete, even when its bytes parse (a JSON document followed by nothing)."""
+        declared = self._declared_length
+        if declared is not None and self.bytes_read < declared:
+            raise _cut_short(
+                "Content-Length",
+                f"the body ended after {self.bytes_read:,} of the {declared:,} bytes it declared.",
+            )
 
     def _read_chunked(self, size: int | None) -> bytes:
         """``read(size)`` of a chunked body, :data:`CHUNKED_READ_BYTES` at a time, its framing checked after
@@ -176,6 +194,7 @@ class CountingInput:
         data = self._counted(self._stream.readline, size)
         if not data:  # a line may be shorter than asked for; only an empty one ends the body
             self.ended = True
+            self._check_complete()
         return data
 
     def _counted(self, read: Callable[..., bytes], size: int | None) -> bytes:
@@ -186,8 +205,13 @@ class CountingInput:
                 data = read(size) if size is not None else read()
             else:
                 data = self._read_by(due, read, size)
-        except (OSError, ValueError, BodyTooSlow):
-            raise  # a disconnect (werkzeug's LimitedStream makes it a ClientDisconnected 400), or the 408
+        except OSError:
+            # The connection ended mid-body (gunicorn's NoMoreData for a chunked body without its last chunk;
+            # a reset, whose answer is then lost anyway).
+            header = "Transfer-Encoding" if self._chunked else "Content-Length"
+            raise _cut_short(header, "the connection ended before the body did.") from None
+        except (ValueError, BodyTooSlow):
+            raise  # the 408
         except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
             raise UnreadableBody() from error
         self.bytes_read += len(data)
@@ -203,6 +227,24 @@ class CountingInput:
         return line
 
 
+def _cut_short(header: str, message: str) -> Problem:
+    """The 400 for a body that ended early, naming the header that framed it; its connection is closed."""
+    close_connection_after_answer()
+    return Problem(
+        400,
+        f"{header}: {message}",
+        slug="malformed-body",
+        title="Malformed body",
+        errors={header: [message]},
+    )
+
+
+def _declared_length(environ: dict[str, Any]) -> int | None:
+    """The request's Content-Length when it is a plain count of bytes (the server refuses any other)."""
+    header = environ.get("CONTENT_LENGTH", "")
+    return int(header) if header.isascii() and header.isdigit() else None
+
+
 def install_body_counting(app: Flask) -> None:
     """Wrap every request's input stream in a :class:`CountingInput`."""
     wsgi_app: Callable[[dict[str, Any], Any], Iterable[bytes]] = app.wsgi_app
@@ -210,8 +252,9 @@ def install_body_counting(app: Flask) -> None:
     def counting_wsgi_app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         stream = environ.get("wsgi.input")
         if stream is not None:
+            chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
             counted = CountingInput(
-                stream, chunked="chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+                stream, chunked=chunked, declared_length=None if chunked else _declared_length(environ)
             )
             environ["wsgi.input"] = counted
             environ[_ENVIRON_KEY] = counted

@@ -66,13 +66,41 @@ def request_coding(req: flask.Request) -> str | None:
     )
 
 
+def check_transfer_coding(req: flask.Request) -> None:
+    """501 naming ``Transfer-Encoding`` for a transfer coding other than ``chunked``.
+
+    gunicorn refuses the codings it does not know (``br``), but passes ``gzip``, ``deflate`` and ``compress``
+    before ``chunked`` on with the body still coded; this service does not undo them (a client compresses
+    with ``Content-Encoding``), and read as plain such a body was computed, or refused as JSON that is not.
+    """
+    header = req.headers.get("Transfer-Encoding")
+    if header is None:
+        return
+    codings = [coding.strip().lower() for coding in header.split(",")]
+    if all(coding == "chunked" for coding in codings):
+        return
+    message = (
+        f"this service undoes no transfer coding but chunked, got {header[:40]!r}; compress the body with "
+        f"{CONTENT_ENCODING}: gzip instead."
+    )
+    raise Problem(
+        501,
+        f"Transfer-Encoding: {message}",
+        slug="unsupported-transfer-coding",
+        title="Not Implemented",
+        errors={"Transfer-Encoding": [message]},
+    )
+
+
 def read_decoded_body(req: flask.Request) -> bytes:
     """The request body with its content coding undone (the body as read when it has none).
 
-    415 for a coding this service does not decode (before reading the body), 400 for bytes that are not what
+    501 for a transfer coding but chunked, 415 for a content coding this service does not decode (both
+    before reading the body), 400 for bytes that are not what
     the header says, 413 once the inflated bytes would pass ``MAX_BODY_BYTES``, 503 when the memory budget
     cannot hold them now.
     """
+    check_transfer_coding(req)
     coding = request_coding(req)
     body = read_body(req)
     if coding is None or not body:

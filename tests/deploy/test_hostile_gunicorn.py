@@ -6,6 +6,7 @@ Loopback only; every flood is bounded in count.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import socket
 import threading
@@ -34,8 +35,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     assert running.terminate() == 0, running.log()
 
 
-def exchange(server: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:
-    """Send ``raw`` on a fresh connection and read the answer to the end.
+def exchange(server: Server, raw: bytes, *, half_close: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """Send ``raw`` on a fresh connection and read the answer to the end (``half_close``: then end the
+    sending side, as a client whose body stops short of what it declared does).
 
     ``Connection: close`` is added to the head so the server closes after its answer: a gevent worker
     (the default) would otherwise keep the connection alive for the next request.
@@ -43,6 +45,8 @@ def exchange(server: Server, raw: bytes) -> tuple[int, dict[str, str], bytes]:
     request_line, _, rest = raw.partition(b"\r\n")
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(request_line + b"\r\nConnection: close\r\n" + rest)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
@@ -154,6 +158,73 @@ def test_malformed_chunked_body_is_a_400_not_a_500(server: Server, chunks: bytes
     assert status == 400, body
     assert headers["content-type"] == "application/problem+json"
     assert not server.stderr_contains("unhandled error")
+
+
+WORKED_EXAMPLE = b'{"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}'
+
+
+def _attention_head(extra: bytes) -> bytes:
+    return b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra + b"\r\n"
+
+
+@pytest.mark.parametrize("missing", [1, 1000])
+def test_a_body_shorter_than_its_content_length_is_a_400_not_computed(server: Server, missing: int) -> None:
+    # The client ends its side after fewer bytes than it declared: the message is incomplete (RFC 9112
+    # section 8), but its bytes were a whole JSON document, and it was computed (a 200).
+    declared = b"Content-Length: %d\r\n" % (len(WORKED_EXAMPLE) + missing)
+    status, headers, body = exchange(server, _attention_head(declared) + WORKED_EXAMPLE, half_close=True)
+    assert status == 400, body
+    assert headers["content-type"] == "application/problem+json"
+    problem = json.loads(body)
+    assert list(problem["errors"]) == ["Content-Length"]
+    assert f"{len(WORKED_EXAMPLE)} of the {len(WORKED_EXAMPLE) + missing:,}" in problem["detail"]
+
+
+def test_a_compressed_body_shorter_than_its_content_length_is_a_400(server: Server) -> None:
+    compressed = gzip.compress(WORKED_EXAMPLE)
+    declared = b"Content-Encoding: gzip\r\nContent-Length: %d\r\n" % (len(compressed) + 50)
+    status, _, body = exchange(server, _attention_head(declared) + compressed, half_close=True)
+    assert status == 400, body
+    assert list(json.loads(body)["errors"]) == ["Content-Length"]
+
+
+def test_a_chunked_body_cut_off_is_a_400_naming_transfer_encoding(server: Server) -> None:
+    chunks = _chunked(WORKED_EXAMPLE, chunk=20)[: -len(b"0\r\n\r\n")]  # no last chunk
+    head = _attention_head(b"Transfer-Encoding: chunked\r\n")
+    status, _, body = exchange(server, head + chunks, half_close=True)
+    assert status == 400, body
+    assert list(json.loads(body)["errors"]) == ["Transfer-Encoding"]
+
+
+@pytest.mark.parametrize("coding", [b"gzip", b"deflate", b"compress"])
+def test_a_transfer_coding_the_service_does_not_undo_is_a_501(server: Server, coding: bytes) -> None:
+    # gunicorn passes gzip, deflate and compress before chunked to the app, which read the body as if it
+    # were plain: an uncompressed body so labelled was computed (a 200).
+    head = _attention_head(b"Transfer-Encoding: %s, chunked\r\n" % coding)
+    status, _, body = exchange(server, head + _chunked(WORKED_EXAMPLE))
+    assert status == 501, body
+    assert list(json.loads(body)["errors"]) == ["Transfer-Encoding"]
+
+
+def test_a_script_name_header_is_not_trusted(server: Server) -> None:
+    # gunicorn took SCRIPT_NAME from any loopback client (its default forwarded_allow_ips), and a path
+    # outside it was a 500.
+    status, _, body = exchange(server, b"GET /livez HTTP/1.1\r\nHost: x\r\nSCRIPT_NAME: /nope\r\n\r\n")
+    assert status == 200, body
+
+
+def test_gunicorns_errors_carry_the_phrase_of_their_status(server: Server) -> None:
+    # gunicorn passes "Bad Request" as the reason of its 501 (and of its 500).
+    head = _attention_head(b"Transfer-Encoding: br, chunked\r\n")
+    raw = head + _chunked(WORKED_EXAMPLE)
+    request_line, _, rest = raw.partition(b"\r\n")
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request_line + b"\r\nConnection: close\r\n" + rest)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 501 Not Implemented\r\n"), answer[:200]
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["title"] == "Not Implemented"
 
 
 def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_directory(
