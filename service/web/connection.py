@@ -13,12 +13,14 @@ import contextlib
 import contextvars
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 try:  # the default worker's event loop; the service also runs without it (the test client, flask run)
     import gevent.monkey
 except ImportError:  # pragma: no cover - gevent is in the locks
     gevent = None
+
+T = TypeVar("T")
 
 _close_after_answer: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "close_after_answer", default=False
@@ -46,6 +48,18 @@ def let_other_connections_run(*, poll_seconds: float = 0.0) -> None:
         import gevent  # only under the gevent worker, where it is loaded already
 
         gevent.sleep(poll_seconds)
+
+
+def off_the_loop(work: Callable[[], T]) -> T:
+    """``work()`` on a thread of gevent's pool under gevent, the calling greenlet waiting for it while the
+    worker's loop serves the others (Python hands the loop's thread the interpreter every few milliseconds);
+    a plain call elsewhere. Exceptions come back as they are."""
+    if not under_gevent():
+        return work()
+    import gevent  # only under the gevent worker, where it is loaded already
+
+    result: T = gevent.get_hub().threadpool.apply(work)
+    return result
 
 
 def close_connection_after_answer() -> None:
