@@ -144,7 +144,7 @@ class CountingInput:
         8 makes such a message incomplete, even when its bytes parse (a JSON document followed by nothing)."""
         declared = self._declared_length
         if declared is not None and self.bytes_read < declared:
-            raise _cut_short(
+            raise _malformed(
                 "Content-Length",
                 f"the body ended after {self.bytes_read:,} of the {declared:,} bytes it declared.",
             )
@@ -177,17 +177,10 @@ class CountingInput:
             return
         allowed = FRAMING_ALLOWANCE_BYTES + (1 + FRAMING_SHARE) * self.bytes_read
         if received - start > allowed:
-            close_connection_after_answer()  # the rest of the body is never read
-            message = (
+            raise _malformed(  # the rest of the body is never read
+                "Transfer-Encoding",
                 f"{received - start:,} bytes arrived for {self.bytes_read:,} bytes of body: its chunks are "
-                "too small (framing over a tenth of the data); send chunks of at least a few hundred bytes."
-            )
-            raise Problem(
-                400,
-                f"Transfer-Encoding: {message}",
-                slug="malformed-body",
-                title="Malformed body",
-                errors={"Transfer-Encoding": [message]},
+                "too small (framing over a tenth of the data); send chunks of at least a few hundred bytes.",
             )
 
     def readline(self, size: int | None = -1) -> bytes:
@@ -209,7 +202,7 @@ class CountingInput:
             # The connection ended mid-body (gunicorn's NoMoreData for a chunked body without its last chunk;
             # a reset, whose answer is then lost anyway).
             header = "Transfer-Encoding" if self._chunked else "Content-Length"
-            raise _cut_short(header, "the connection ended before the body did.") from None
+            raise _malformed(header, "the connection ended before the body did.") from None
         except (ValueError, BodyTooSlow):
             raise  # the 408
         except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
@@ -227,8 +220,9 @@ class CountingInput:
         return line
 
 
-def _cut_short(header: str, message: str) -> Problem:
-    """The 400 for a body that ended early, naming the header that framed it; its connection is closed."""
+def _malformed(header: str, message: str) -> Problem:
+    """The 400 for a body whose framing fails (it ended early, its chunks are too small), naming the header
+    that framed it; its connection is closed rather than read on."""
     close_connection_after_answer()
     return Problem(
         400,
