@@ -122,17 +122,50 @@ class _Wait:
 
 
 class _HeadWait(_Wait):
-    """``with`` it around reading a request head: a timeout that the worker can also fire early."""
+    """``with`` it around reading a request head: a timeout that the worker can also fire early.
 
-    def __init__(self, waits: IdleConnections, seconds: float, *, kept_alive: bool) -> None:
+    A kept-alive connection's wait (``seconds`` is GUNICORN_KEEPALIVE) may be given ``head_seconds`` too: once
+    the head's first bytes come (:meth:`head_started`, from its :class:`ClientSocket`), the rest of it must
+    come within them, as a first head's must. Without it, a head trickled a byte a second after one quick
+    request held its connection for the whole keep-alive time.
+    """
+
+    def __init__(
+        self,
+        waits: IdleConnections,
+        seconds: float,
+        *,
+        kept_alive: bool,
+        head_seconds: float | None = None,
+        sock: ClientSocket | None = None,
+    ) -> None:
         # False: when it fires the with block just ends, and gunicorn closes the connection
         super().__init__(waits, gevent.Timeout(seconds, False))
         self.kept_alive = kept_alive  # a connection served before, waiting for its next request
+        self._head_seconds = head_seconds if head_seconds is not None and head_seconds < seconds else None
+        self._sock = sock if self._head_seconds is not None else None
 
     def __enter__(self) -> _HeadWait:
         super().__enter__()
         self.timeout.start()
+        if self._sock is not None:
+            self._sock.head_wait = self
         return self
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool:
+        if self._sock is not None:
+            self._sock.head_wait = None
+        return super().__exit__(kind, value, traceback)
+
+    def head_started(self) -> None:
+        """The head's first bytes came: from now its rest has ``head_seconds`` (a new timer; gevent's keeps
+        the time it was made with)."""
+        if self._head_seconds is None or self not in self._waits.waiting:
+            return
+        self.timeout.cancel()
+        self.timeout = gevent.Timeout(self._head_seconds, False)
+        self.timeout.start()
+        self._head_seconds = None
 
     def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
         return bool(self.timeout.__exit__(kind, value, traceback))
@@ -148,6 +181,7 @@ class ClientSocket:
     def __init__(self, sock: Any, *, answer_timeout: float | None, on_stalled: Callable[[], None]) -> None:
         self.sock = sock
         self.bytes_received = 0
+        self.head_wait: _HeadWait | None = None  # a kept-alive connection's wait for its next head, if any
         self._answer_timeout = answer_timeout
         self._on_stalled = on_stalled
         if answer_timeout is not None:
@@ -160,6 +194,9 @@ class ClientSocket:
     def recv(self, *arguments: Any) -> bytes:
         data: bytes = self.sock.recv(*arguments)
         self.bytes_received += len(data)
+        if data and self.head_wait is not None:
+            waiting, self.head_wait = self.head_wait, None
+            waiting.head_started()
         return data
 
     def sendall(self, data: Any) -> None:
@@ -238,8 +275,15 @@ class IdleConnections:
     def __init__(self) -> None:
         self.waiting: dict[_Wait, None] = {}  # insertion-ordered: the oldest wait first
 
-    def wait(self, seconds: float, *, kept_alive: bool) -> _HeadWait:
-        return _HeadWait(self, seconds, kept_alive=kept_alive)
+    def wait(
+        self,
+        seconds: float,
+        *,
+        kept_alive: bool,
+        head_seconds: float | None = None,
+        sock: ClientSocket | None = None,
+    ) -> _HeadWait:
+        return _HeadWait(self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock)
 
     def body_wait(self, timeout: BaseException) -> _Wait:
         assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
@@ -279,6 +323,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.idle = IdleConnections()
         self.open_connections = 0
         self.served: weakref.WeakSet[Greenlet] = weakref.WeakSet()  # connections past their first request
+        self.client_sockets: dict[Greenlet, ClientSocket] = {}  # each connection's, by its greenlet
         self.crowded_above = max(1, int(CROWDED_SHARE * self.worker_connections))
         self.close_after_each_answer = False
         self.admission: Admission | None = None  # the app's, once loaded (load_wsgi)
@@ -333,7 +378,12 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             # GUNICORN_GRACEFUL_TIMEOUT. A request its client sends just now is lost, as at any server's
             # closing of an idle connection.
             return self.idle.wait(0.0, kept_alive=True)
-        return self.idle.wait(float(self.cfg.keepalive), kept_alive=True)
+        return self.idle.wait(
+            float(self.cfg.keepalive),
+            kept_alive=True,
+            head_seconds=self.header_timeout(),
+            sock=self.client_sockets.get(gevent.getcurrent()),
+        )
 
     def run(self) -> None:
         gevent.spawn(self._keep_room)
@@ -371,10 +421,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
             answer_timeout = None if self.admission is None else self.admission.limits.answer_timeout_seconds
             stalled = functools.partial(self._log_stalled_reader, addr, answer_timeout)
-            super().handle(
-                listener, ClientSocket(client, answer_timeout=answer_timeout, on_stalled=stalled), addr
-            )
+            client_socket = ClientSocket(client, answer_timeout=answer_timeout, on_stalled=stalled)
+            self.client_sockets[gevent.getcurrent()] = client_socket
+            super().handle(listener, client_socket, addr)
         finally:
+            self.client_sockets.pop(gevent.getcurrent(), None)
             self.open_connections -= 1
             if not self.open_connections:
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
