@@ -65,7 +65,7 @@ def _angles(positions: NDArray[np.float64], dim: int, base: float, *, field: str
         angles: NDArray[np.float64] = np.outer(positions, frequencies)
     if not all_finite(angles):
         raise KernelError(
-            f"{field} = {base:g} is too small: the angles position · {field}^(−2i/{dim}) overflow float64",
+            f"{field} = {base!r} is too small: the angles position · {field}^(−2i/{dim}) overflow float64",
             field=field,
         )
     return angles

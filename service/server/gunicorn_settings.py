@@ -14,13 +14,13 @@ import math
 import os
 import shutil
 import tempfile
-from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import gunicorn.util
 
 from service.server.problems import log_answer, problem_bytes
+from service.web.statuses import status_phrase
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
 # oversubscribe them. This must be set before NumPy is first imported in the master (the worker class
@@ -130,9 +130,10 @@ def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
     so no request goes unlogged) and, when every origin is allowed, the CORS headers a browser needs to
     read them; with a list of origins the unparsed request's Origin is unknown, so none is sent.
     """
-    # gunicorn passes "Bad Request" as the reason of its 501 and 500 too: the status's own phrase instead.
+    # gunicorn passes "Bad Request" as the reason of its 501 and 500 too: the status's own phrase instead,
+    # in RFC 9110's words whatever the Python (3.11 calls 414 "Request-URI Too Long").
     with contextlib.suppress(ValueError):
-        reason = HTTPStatus(status_int).phrase
+        reason = status_phrase(status_int)
     answer, request_id = problem_bytes(status_int, reason, mesg)
     gunicorn.util.write_nonblock(sock, answer)
     log_answer(status_int, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)

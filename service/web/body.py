@@ -204,7 +204,7 @@ class CountingInput:
             header = "Transfer-Encoding" if self._chunked else "Content-Length"
             raise _malformed(header, "the connection ended before the body did.") from None
         except (ValueError, BodyTooSlow):
-            raise  # the 408
+            raise  # the 408; a ValueError is a closed stream (the request is over)
         except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
             raise UnreadableBody() from error
         self.bytes_read += len(data)

@@ -188,7 +188,8 @@ def exposition(accept: str | None) -> Response:
     """The metrics of every worker in the format the scraper asked for (text by default).
 
     Under gunicorn the text is built on a thread (every route × method × status the service has answered
-    makes about 1 MB, 0.3 s of Python), and scrapes that arrive while one is built share it: 8 at once had
+    makes about 1 MB, 0.3 s of Python), and scrapes that arrive while one is built share the next one (a
+    burst costs two builds at most, and none gets a text older than itself): 8 at once had
     held the worker's loop, and its ``/livez``, 2.3 s.
     """
     encoder, content_type = choose_encoder(accept or "")

@@ -212,27 +212,29 @@ def test_a_kept_alive_connections_next_head_has_the_head_deadline_once_it_starts
     """After a request, the next head may take GUNICORN_KEEPALIVE (75 s) to start; once its first byte has
     come, the rest has HEADER_TIMEOUT_SECONDS, as a first head has. Trickled a byte a second, it had been
     held the whole 75 s, past the test's 10 s socket timeout."""
-    with serving(env={"HEADER_TIMEOUT_SECONDS": "1"}, workers=1) as one_worker:
-        with socket.create_connection(("127.0.0.1", one_worker.port), timeout=10) as sock:
-            sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
-            answer = b""
-            while not answer.endswith(b"}"):  # /livez's small JSON answer, its connection kept alive
-                answer += sock.recv(65536)
-            assert answer.startswith(b"HTTP/1.1 200"), answer
-            time.sleep(1.5)  # idle past the head deadline: a kept-alive connection may wait for its next head
-            closed = False
-            for byte in b"GET /livez HTTP/1.1\r\nHost: x\r\n"[:8]:
-                try:
-                    sock.sendall(bytes([byte]))
-                except OSError:
+    with (
+        serving(env={"HEADER_TIMEOUT_SECONDS": "1"}, workers=1) as one_worker,
+        socket.create_connection(("127.0.0.1", one_worker.port), timeout=10) as sock,
+    ):
+        sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"}"):  # /livez's small JSON answer, its connection kept alive
+            answer += sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+        time.sleep(1.5)  # idle past the head deadline: a kept-alive connection may wait for its next head
+        closed = False
+        for byte in b"GET /livez HTTP/1.1\r\nHost: x\r\n"[:8]:
+            try:
+                sock.sendall(bytes([byte]))
+            except OSError:
+                closed = True
+                break
+            sock.settimeout(1.0)
+            with contextlib.suppress(TimeoutError):
+                if sock.recv(65536) == b"":  # the server closed the connection
                     closed = True
                     break
-                sock.settimeout(1.0)
-                with contextlib.suppress(TimeoutError):
-                    if sock.recv(65536) == b"":  # the server closed the connection
-                        closed = True
-                        break
-            assert closed, "the trickled head was still being read after 8 s"
+        assert closed, "the trickled head was still being read after 8 s"
 
 
 def test_a_crowd_of_idle_connections_cannot_keep_a_probe_out(server: Server) -> None:

@@ -225,6 +225,13 @@ def test_gunicorns_errors_carry_the_phrase_of_their_status(server: Server) -> No
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 501 Not Implemented\r\n"), answer[:200]
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["title"] == "Not Implemented"
+    # In RFC 9110's words whatever the Python (3.11's http.HTTPStatus says "Request-URI Too Long").
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 414 URI Too Long\r\n"), answer[:200]
 
 
 def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_directory(
