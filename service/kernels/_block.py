@@ -13,8 +13,7 @@ its path (``attention.w_q``, ``feed_forward.w_3``, ``norm_1.weight``); the block
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
@@ -203,23 +202,8 @@ def transformer_block(
 def _norm(x: FloatArray, options: NormOptions, part: str, dtype: FloatDType, *, of: str | None) -> FloatArray:
     """``part`` (``norm_1`` or ``norm_2``) over ``x``: the block's input when ``of`` is None, else the sum
     ``of`` names."""
-    with _input_named(part, of), fields_under(part, renamed=_PART_INPUT):
+    with fields_under(part, renamed=_PART_INPUT, input_of=of):
         return layer_norm(x, options, dtype=dtype)
-
-
-@contextlib.contextmanager
-def _input_named(part: str, of: str | None) -> Iterator[None]:
-    """An error about the input of ``part`` names ``part`` and says which sum it was (``of``) when that input
-    is not the block's ``x``: the post-norm ``norm_2``'s row variance overflowing had been blamed on ``x``,
-    when a weight (``feed_forward.w_2 = 1e308``) made the row."""
-    try:
-        yield
-    except KernelError as error:
-        if of is not None and error.field == "x":
-            error.field = part
-            error.message = f"{part}'s input ({of}): {error.message}"
-            error.args = (error.message,)
-        raise
 
 
 def _attend(
@@ -254,7 +238,7 @@ class _Attended:
 
 def _feed_forward(x: FloatArray, layers: TransformerBlockLayers, dtype: FloatDType, *, of: str) -> FloatArray:
     """The feed-forward sublayer over ``x``, the sum or norm ``of`` names."""
-    with _input_named("feed_forward", of), fields_under("feed_forward", renamed=_PART_INPUT):
+    with fields_under("feed_forward", input_of=of):
         return feed_forward(x, layers.feed_forward, dtype=dtype).output
 
 

@@ -16,18 +16,27 @@ class KernelError(ValueError):
 
 
 @contextlib.contextmanager
-def fields_under(part: str, *, renamed: dict[str, str] | None = None) -> Iterator[None]:
+def fields_under(
+    part: str, *, renamed: dict[str, str] | None = None, input_of: str | None = None
+) -> Iterator[None]:
     """Errors raised within name their field by its path in a larger request: ``w_3`` becomes
     ``feed_forward.w_3``, and a field the part has no name of its own for becomes ``part``.
 
     ``renamed`` maps a part's field to the whole request's name for it instead (a block's attention calls
-    its input ``query``; the block calls it ``x``). The error is re-raised as it is, its type and details
-    kept, so that each protocol renders it as it would the part's own.
+    its input ``query``; the block calls it ``x``). ``input_of`` says the part's input ``x`` is no field of
+    the request but this sum made from it (``h + feed_forward``): an error about ``x`` then names the part
+    and says which sum (a post-norm ``norm_2`` whose rows overflowed, made so by a weight, had blamed the
+    block's ``x``). The error is re-raised as it is, its type and details kept, so that each protocol
+    renders it as it would the part's own.
     """
     try:
         yield
     except KernelError as error:
-        if error.field is None:
+        if input_of is not None and error.field == "x":
+            error.field = part
+            error.message = f"{part}'s input ({input_of}): {error.message}"
+            error.args = (error.message,)
+        elif error.field is None:
             error.field = part
         elif renamed is not None and error.field in renamed:
             error.field = renamed[error.field]

@@ -142,8 +142,9 @@ class _HeadWait(_Wait):
         # False: when it fires the with block just ends, and gunicorn closes the connection
         super().__init__(waits, gevent.Timeout(seconds, False))
         self.kept_alive = kept_alive  # a connection served before, waiting for its next request
-        self._head_seconds = head_seconds if head_seconds is not None and head_seconds < seconds else None
-        self._sock = sock if self._head_seconds is not None else None
+        self._head_seconds = head_seconds or 0.0
+        # Told by ``sock`` when the head starts, if that shortens the wait.
+        self._sock = sock if head_seconds is not None and head_seconds < seconds else None
 
     def __enter__(self) -> _HeadWait:
         super().__enter__()
@@ -158,14 +159,11 @@ class _HeadWait(_Wait):
         return super().__exit__(kind, value, traceback)
 
     def head_started(self) -> None:
-        """The head's first bytes came: from now its rest has ``head_seconds`` (a new timer; gevent's keeps
-        the time it was made with)."""
-        if self._head_seconds is None or self not in self._waits.waiting:
-            return
+        """The head's first bytes came (its socket calls this once, inside the wait): from now its rest has
+        ``head_seconds`` (a new timer; gevent's keeps the time it was made with)."""
         self.timeout.cancel()
         self.timeout = gevent.Timeout(self._head_seconds, False)
         self.timeout.start()
-        self._head_seconds = None
 
     def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
         return bool(self.timeout.__exit__(kind, value, traceback))

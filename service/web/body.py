@@ -27,7 +27,7 @@ from service.web.connection import (
     stall_watch,
     under_gevent,
 )
-from service.web.problems import Problem
+from service.web.problems import Problem, header_problem
 
 _ENVIRON_KEY = "attention.body"
 _INFLATED_KEY = "attention.body.inflated"
@@ -224,13 +224,7 @@ def _malformed(header: str, message: str) -> Problem:
     """The 400 for a body whose framing fails (it ended early, its chunks are too small), naming the header
     that framed it; its connection is closed rather than read on."""
     close_connection_after_answer()
-    return Problem(
-        400,
-        f"{header}: {message}",
-        slug="malformed-body",
-        title="Malformed body",
-        errors={header: [message]},
-    )
+    return header_problem(400, header, message, slug="malformed-body", title="Malformed body")
 
 
 def _declared_length(environ: dict[str, Any]) -> int | None:

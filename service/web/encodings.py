@@ -18,7 +18,7 @@ import flask
 from service.web.admission import SMALL_BODY_BYTES, hold_body_bytes
 from service.web.body import note_inflated_size, read_body
 from service.web.connection import let_other_connections_run
-from service.web.problems import Problem
+from service.web.problems import Problem, header_problem
 
 CONTENT_ENCODING = "Content-Encoding"
 ACCEPTED_CODINGS = "gzip, deflate"
@@ -57,11 +57,11 @@ def request_coding(req: flask.Request) -> str | None:
     message = (
         f"this service decodes request bodies sent as gzip or deflate (or uncompressed), not {header[:40]!r}."
     )
-    raise Problem(
+    raise header_problem(
         415,
-        f"{CONTENT_ENCODING}: {message}",
+        CONTENT_ENCODING,
+        message,
         slug="unsupported-media-type",
-        errors={CONTENT_ENCODING: [message]},
         headers={"Accept-Encoding": ACCEPTED_CODINGS},
     )
 
@@ -83,12 +83,8 @@ def check_transfer_coding(req: flask.Request) -> None:
         f"this service undoes no transfer coding but chunked, got {header[:40]!r}; compress the body with "
         f"{CONTENT_ENCODING}: gzip instead."
     )
-    raise Problem(
-        501,
-        f"Transfer-Encoding: {message}",
-        slug="unsupported-transfer-coding",
-        title="Not Implemented",
-        errors={"Transfer-Encoding": [message]},
+    raise header_problem(
+        501, "Transfer-Encoding", message, slug="unsupported-transfer-coding", title="Not Implemented"
     )
 
 

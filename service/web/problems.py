@@ -53,6 +53,22 @@ class Problem(Exception):
         self.headers = dict(headers or {})
 
 
+def header_problem(
+    status: int,
+    header: str,
+    message: str,
+    *,
+    slug: str,
+    title: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Problem:
+    """A problem about the request's ``header`` (its coding, its framing), naming it in ``errors`` as a field
+    is named: the detail is ``"<header>: <message>"``."""
+    return Problem(
+        status, f"{header}: {message}", slug=slug, title=title, errors={header: [message]}, headers=headers
+    )
+
+
 def problem_response(problem: Problem) -> Response:
     """Render ``problem`` as problem+json."""
     title = problem.title or status_phrase(problem.status)

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.launch import Server, start
+from deploy.slow_clients import SEED_BODY
 
 pytestmark = pytest.mark.gunicorn
 
@@ -35,7 +36,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     assert running.terminate() == 0, running.log()
 
 
-def exchange(server: Server, raw: bytes, *, half_close: bool = False) -> tuple[int, dict[str, str], bytes]:
+def raw_answer(server: Server, raw: bytes, *, half_close: bool = False) -> bytes:
     """Send ``raw`` on a fresh connection and read the answer to the end (``half_close``: then end the
     sending side, as a client whose body stops short of what it declared does).
 
@@ -50,7 +51,12 @@ def exchange(server: Server, raw: bytes, *, half_close: bool = False) -> tuple[i
         answer = b""
         while chunk := sock.recv(65536):
             answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
+    return answer
+
+
+def exchange(server: Server, raw: bytes, *, half_close: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """:func:`raw_answer`'s status, headers (lower-case names) and body."""
+    head, _, body = raw_answer(server, raw, half_close=half_close).partition(b"\r\n\r\n")
     status_line, *header_lines = head.decode("latin-1").split("\r\n")
     headers = {
         name.lower(): value.strip() for name, _, value in (line.partition(":") for line in header_lines)
@@ -160,7 +166,7 @@ def test_malformed_chunked_body_is_a_400_not_a_500(server: Server, chunks: bytes
     assert not server.stderr_contains("unhandled error")
 
 
-WORKED_EXAMPLE = b'{"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}'
+WORKED_EXAMPLE = SEED_BODY
 
 
 def _attention_head(extra: bytes) -> bytes:
@@ -216,21 +222,11 @@ def test_a_script_name_header_is_not_trusted(server: Server) -> None:
 def test_gunicorns_errors_carry_the_phrase_of_their_status(server: Server) -> None:
     # gunicorn passes "Bad Request" as the reason of its 501 (and of its 500).
     head = _attention_head(b"Transfer-Encoding: br, chunked\r\n")
-    raw = head + _chunked(WORKED_EXAMPLE)
-    request_line, _, rest = raw.partition(b"\r\n")
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(request_line + b"\r\nConnection: close\r\n" + rest)
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
+    answer = raw_answer(server, head + _chunked(WORKED_EXAMPLE))
     assert answer.startswith(b"HTTP/1.1 501 Not Implemented\r\n"), answer[:200]
     assert json.loads(answer.partition(b"\r\n\r\n")[2])["title"] == "Not Implemented"
     # In RFC 9110's words whatever the Python (3.11's http.HTTPStatus says "Request-URI Too Long").
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
-        answer = b""
-        while chunk := sock.recv(65536):
-            answer += chunk
+    answer = raw_answer(server, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 414 URI Too Long\r\n"), answer[:200]
 
 
