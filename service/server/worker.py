@@ -56,7 +56,7 @@ from gevent.server import StreamServer
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server.problems import write_problem
-from service.web.admission import Admission, admission_of, refusal_before_body
+from service.web.admission import Admission, admission_of, body_too_large
 from service.web.connection import on_bytes_received, on_close_request, on_stall_watch, take_close_request
 from service.web.inference import count_server_answer
 from service.web.problems import Problem
@@ -494,7 +494,9 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             self.log.exception("could not count a refusal in the metrics")
 
     def _refusal_before_continue(self, req: Any) -> Problem | None:
-        """The app's refusal of an ``Expect: 100-continue`` body, decided from its headers; None to go on."""
+        """The app's refusal of an ``Expect: 100-continue`` body, decided from its headers (a 413: a body
+        that must wait for room in the memory budget waits in the app, its bytes in the kernel's buffers
+        meanwhile); None to go on."""
         if req.version < (1, 1):
             return None
         headers = {name: value for name, value in req.headers}
@@ -510,4 +512,4 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             content_length = None if length is None else int(length)
         except ValueError:
             return None  # gunicorn refuses a malformed Content-Length itself
-        return refusal_before_body(self.admission, content_length)
+        return body_too_large(self.admission, content_length)

@@ -5,10 +5,13 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
 - **One memory budget** (``MEMORY_BUDGET_BYTES``) shared by everything the process holds for its requests:
   bodies being read, computations, and answers being written reserve from it and give their share back when
   the answer has been sent. A body is refused from its headers, before any of its bytes are read: 413 over
-  ``MAX_BODY_BYTES``, 503 ``overloaded`` when the budget cannot take it now. Uploads larger than
+  ``MAX_BODY_BYTES``, 503 ``overloaded`` when no room comes free for it in time. Uploads larger than
   :data:`SMALL_BODY_BYTES` may hold at most :data:`UPLOAD_SHARE` of the budget between them, and they and
   the computations leave :data:`SMALL_REQUEST_SHARE` of it to small requests, so neither a crowd of held
-  uploads nor the largest computation keeps the worked example out.
+  uploads nor the largest computation keeps the worked example out. A body that does not fit now waits for
+  room (first come first served, at most ``COMPUTE_QUEUE_LENGTH`` of them, for ``COMPUTE_QUEUE_SECONDS``)
+  with none of its bytes read: what holds the budget is usually a computation or an answer that gives it
+  back within moments.
 - **Compute slots** (``COMPUTE_SLOTS``, one per worker by default; work estimated at most
   :data:`NO_SLOT_SECONDS` needs none and runs at once) behind a bounded queue
   (``COMPUTE_QUEUE_LENGTH``), first come first served but for memory (:meth:`Admission._turn_of`). Under
@@ -186,6 +189,17 @@ class Reservation:
             self.upload_bytes += size
         return True
 
+    def take_body(self, size: int) -> bool:
+        """Reserve ``size`` bytes for the request's body, waiting for room as :meth:`Admission.hold_body`
+        does; False if none came free in time."""
+        upload = size > SMALL_BODY_BYTES
+        if not self._admission.hold_body(size, upload=upload):
+            return False
+        self.held_bytes += size
+        if upload:
+            self.upload_bytes += size
+        return True
+
     def hand_over(self) -> Reservation:
         """A new reservation holding all this one held, which is left empty (its request is done with it)."""
         heir = Reservation(self._admission)
@@ -279,6 +293,16 @@ class _Waiter:
     passed_until: float = math.inf  # time.monotonic() after which no request queued behind it goes first
     # Since when, as the head going first with a slot free, it has waited for memory held outside the queue.
     held_elsewhere_since: float | None = None
+    # Since when, as the head with a slot free, it could have started had those queued behind it been refused
+    # (see _make_room): they are, only once it has waited HELD_ELSEWHERE_SECONDS for the memory held outside
+    # the queue, unless it could not fit even with all of that back.
+    room_by_refusal_since: float | None = None
+
+
+@dataclass(eq=False)  # found and removed by identity, as _Waiter
+class _BodyWaiter:
+    size: int
+    upload: bool
 
 
 class Admission:
@@ -294,6 +318,7 @@ class Admission:
         self.upload_bytes = 0
         self.busy_slots = 0
         self._queue: deque[_Waiter] = deque()
+        self._bodies: deque[_BodyWaiter] = deque()  # bodies waiting for room before they are read
         self._running: dict[_Waiter, tuple[float, float]] = {}  # -> (started, estimated seconds)
         # The fixed seconds per call and the ratio of measured to estimated seconds, learnt from this
         # process's own computations to predict waits (the estimates err high, so the ratio starts at 1).
@@ -313,6 +338,48 @@ class Admission:
     def try_hold(self, size: int, *, upload: bool, computation: bool = False) -> bool:
         with self._lock:
             return self._try_hold_locked(size, upload=upload, computation=computation)
+
+    def hold_body(self, size: int, *, upload: bool) -> bool:
+        """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
+        come first served, except that a body that does not fit lets those behind it that do go first. False
+        (nothing held) when none came free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH``
+        bodies wait already.
+
+        Refused at once, a body that found the budget held by a computation and the answer before it was
+        refused although that memory came back within moments: four clients sending 9 MB multi-head
+        bodies to two workers, one of which took three of the connections, had three answers in seven
+        refused.
+        """
+        limits = self.limits
+        with self._changed:
+            if not self._bodies and self._try_hold_locked(size, upload=upload):
+                return True
+            if len(self._bodies) >= limits.compute_queue_length:
+                return False
+            waiter = _BodyWaiter(size, upload)
+            self._bodies.append(waiter)
+            deadline = time.monotonic() + limits.compute_queue_seconds
+            try:
+                while True:
+                    if self._body_turn_of(waiter) and self._try_hold_locked(size, upload=upload):
+                        return True
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._changed.wait(left)
+            finally:
+                self._bodies.remove(waiter)
+                self._wake_waiters()
+
+    def _body_turn_of(self, waiter: _BodyWaiter) -> bool:
+        """With the lock held: whether no body waiting ahead of ``waiter`` fits now (one that does goes
+        first)."""
+        for ahead in self._bodies:
+            if ahead is waiter:
+                return True
+            if self.fits(ahead.size, upload=ahead.upload):
+                return False
+        return True
 
     def large_request_budget(self) -> int:
         """What large uploads and computations may hold between them: the budget less small requests' room."""
@@ -352,6 +419,11 @@ class Admission:
     def queued(self) -> int:
         """Requests waiting for a compute slot now."""
         return len(self._queue)
+
+    @property
+    def bodies_waiting(self) -> int:
+        """Bodies waiting for room in the budget before they are read."""
+        return len(self._bodies)
 
     def estimate_seconds(self, estimated_cpu_seconds: float) -> float:
         """How long this process expects a computation to take, from the request's own estimate."""
@@ -495,7 +567,7 @@ class Admission:
         for ahead in self._queue:
             if ahead is waiter:
                 if self._try_hold_locked(waiter.memory_bytes, upload=False, computation=True):
-                    waiter.held_elsewhere_since = None
+                    waiter.held_elsewhere_since = waiter.room_by_refusal_since = None
                     return True
                 if self._queue[0] is waiter:
                     self._make_room(waiter, now)
@@ -518,13 +590,15 @@ class Admission:
 
     @staticmethod
     def _next_change(waiter: _Waiter, now: float) -> float:
-        """Seconds until :meth:`_goes_first` may change for ``waiter``, nothing else changing (inf: never)."""
+        """Seconds until :meth:`_goes_first`, or whether those behind ``waiter`` are refused for it
+        (:meth:`_make_room`), may change, nothing else changing (inf: never)."""
+        changes = [math.inf]
         if now < waiter.passed_until:
-            return waiter.passed_until - now
-        since = waiter.held_elsewhere_since
-        if since is not None and now - since < HELD_ELSEWHERE_SECONDS:
-            return since + HELD_ELSEWHERE_SECONDS - now
-        return math.inf
+            changes.append(waiter.passed_until - now)
+        for since in (waiter.held_elsewhere_since, waiter.room_by_refusal_since):
+            if since is not None and now - since < HELD_ELSEWHERE_SECONDS:
+                changes.append(since + HELD_ELSEWHERE_SECONDS - now)
+        return min(changes)
 
     def _make_room(self, head: _Waiter, now: float) -> None:
         """With the lock held, a slot free and ``head`` not fitting: when ``head`` would fit but for what the
@@ -553,10 +627,24 @@ class Admission:
             ):
                 return  # one behind can start now, and then give back what it holds: it goes first
         if not self.fits(head.memory_bytes - held_behind, upload=False, computation=True):
+            head.room_by_refusal_since = None
             return  # what holds the memory is not queued (computations, answers, uploads): wait
+        if head.room_by_refusal_since is None:
+            head.room_by_refusal_since = now
+        waited_out = now - head.room_by_refusal_since >= HELD_ELSEWHERE_SECONDS
+        # What it would need with all the memory held outside the queue back: more than the budget, and those
+        # behind it must be refused sooner or later.
+        queue_holds = head.held_bytes + held_behind
+        if not waited_out and queue_holds + head.memory_bytes <= self.large_request_budget():
+            # That memory (an answer being written, a computation in another slot) usually comes back within
+            # moments: refused for it, a request behind was turned away that would have run a moment later.
+            return
         freed = 0
         for queued in reversed(behind):
-            if self.fits(head.memory_bytes - freed, upload=False, computation=True):
+            if waited_out:
+                if self.fits(head.memory_bytes - freed, upload=False, computation=True):
+                    break
+            elif queue_holds - freed + head.memory_bytes <= self.large_request_budget():
                 break
             queued.refused_for = head
             freed += queued.held_bytes
@@ -583,9 +671,10 @@ class Admission:
 
     def _wake_waiters(self) -> None:
         """With the lock held: wake the requests queued for a slot or memory, if any. Only queued requests
-        wait on the condition (in :meth:`_enter`), and every request gives its memory back, so with none
-        queued (nearly always) the condition's own bookkeeping is skipped."""
-        if self._queue:
+        and bodies waiting for room wait on the condition (in :meth:`_enter` and :meth:`hold_body`), and every
+        request gives its memory back, so with none queued (nearly always) the condition's own bookkeeping is
+        skipped."""
+        if self._queue or self._bodies:
             self._changed.notify_all()
 
     def _leave_when_done(
@@ -602,11 +691,9 @@ def admission_of(app: Flask) -> Admission | None:
     return admission
 
 
-def refusal_before_body(admission: Admission, content_length: int | None) -> Problem | None:
-    """The answer for a body that must not be read (too large, or no room for it now), or None to read it.
-
-    ``content_length`` None means a chunked body of unknown length, reserved at ``MAX_BODY_BYTES``.
-    """
+def body_too_large(admission: Admission, content_length: int | None) -> Problem | None:
+    """The 413 for a body over ``MAX_BODY_BYTES``, known from its headers, or None (``content_length`` None:
+    a chunked body, whose length is known only as it is read)."""
     limits = admission.limits
     if content_length is not None and content_length > limits.max_body_bytes:
         return Problem(
@@ -614,10 +701,7 @@ def refusal_before_body(admission: Admission, content_length: int | None) -> Pro
             f"The request body is larger than the limit of {limits.max_body_bytes:,} bytes (MAX_BODY_BYTES).",
             slug="body-too-large",
         )
-    size = body_reservation(limits, content_length)
-    return (
-        None if admission.fits(size, upload=size > SMALL_BODY_BYTES) else _no_room_for_body(admission, size)
-    )
+    return None
 
 
 def hold_body_bytes(size: int) -> None:
@@ -636,12 +720,13 @@ def body_reservation(limits: AdmissionLimits, content_length: int | None) -> int
     return limits.max_body_bytes if content_length is None else content_length
 
 
-def _no_room_for_body(admission: Admission, size: int) -> Problem:
-    budget = admission.limits.memory_budget_bytes
+def _no_room_for_body(admission: Admission, size: int, *, waited: bool = False) -> Problem:
+    limits = admission.limits
+    when = f"within COMPUTE_QUEUE_SECONDS ({limits.compute_queue_seconds:g} s)" if waited else "now"
     return overloaded(
-        f"This worker holds {admission.held_bytes:,} bytes of its {budget:,}-byte memory budget "
-        f"(MEMORY_BUDGET_BYTES) for other requests and cannot take a body of {size:,} bytes now; try "
-        "again shortly.",
+        f"This worker holds {admission.held_bytes:,} bytes of its {limits.memory_budget_bytes:,}-byte "
+        f"memory budget (MEMORY_BUDGET_BYTES) for other requests and could not take a body of {size:,} bytes "
+        f"{when}; try again shortly.",
         1.0,
     )
 
@@ -848,7 +933,8 @@ def _close_if_body_unread(request: Request, g: RequestGlobals, response: Respons
 
 
 def _admit_body(request: Request, g: RequestGlobals) -> None:
-    """Refuse a body from its headers (413, or 503 when the budget cannot take it), else set its deadline."""
+    """Refuse a body from its headers (413; 503 when no room comes free for it in time), else set its
+    deadline once it has room: the wait for room is not the client's, and does not count against it."""
     reservation: Reservation | None = request.environ.get(_RESERVATION_KEY)
     if reservation is None:
         return
@@ -859,9 +945,9 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         return
     length = request.content_length
     size = body_reservation(admission.limits, length)
-    refusal = refusal_before_body(admission, length)
-    if refusal is None and not reservation.take(size, upload=True):
-        refusal = _no_room_for_body(admission, size)  # taken by another request since the check
+    refusal = body_too_large(admission, length)
+    if refusal is None and not reservation.take_body(size):
+        refusal = _no_room_for_body(admission, size, waited=True)
     if refusal is not None:
         close_connection_after_answer()
         raise refusal

@@ -452,3 +452,42 @@ def test_a_client_reading_its_answer_steadily_gets_all_of_it() -> None:
         assert len(probabilities) == logits
         assert probabilities[0] == pytest.approx(1 / logits, rel=1e-12)
         assert not running.stderr_contains("took none of its answer")
+
+
+def test_clients_sharing_one_worker_wait_for_memory_rather_than_being_refused() -> None:
+    """Four clients send 9 MB multi-head bodies (the benchmark's) to one worker: each computation holds
+    nearly half the memory budget, so a third body finds no room while two are held. It was refused with a
+    503 at once (half the answers: four clients on two workers, one of which took three of the connections,
+    failed CI's benchmark); it now waits, unread, for the memory that the computation and answer ahead of it
+    give back within moments, and every answer is a 200."""
+    rng = np.random.default_rng(7)
+    n = d_model = 512
+    body = {  # rounded as the benchmark rounds it (at full precision it is over the 16 MiB body limit)
+        "query": np.round(rng.standard_normal((n, d_model)), 3).tolist(),
+        **{
+            name: np.round(rng.standard_normal((d_model, d_model)) / np.sqrt(d_model), 4).tolist()
+            for name in ("w_q", "w_k", "w_v", "w_o")
+        },
+        "num_heads": 8,
+        "causal": True,
+    }
+    raw = json.dumps(body, separators=(",", ":")).encode()  # 9.4 MB
+    statuses: list[int] = []
+    with serving(workers=1) as server:
+
+        def client() -> None:
+            with httpx.Client(timeout=60) as session:
+                for _ in range(4):
+                    answer = session.post(
+                        server.url("/v1/multi-head-attention"),
+                        content=raw,
+                        headers={"Content-Type": "application/json"},
+                    )
+                    statuses.append(answer.status_code)
+
+        clients = [threading.Thread(target=client) for _ in range(4)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join(120)
+    assert statuses == [200] * 16

@@ -8,7 +8,7 @@ any other server.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ from service.web.admission import (
     AdmissionLimits,
     Reservation,
     admission_of,
-    refusal_before_body,
+    body_too_large,
 )
 from service.web.connection import take_close_request
 from service.web.problems import Problem
@@ -59,29 +59,81 @@ def test_uploads_share_the_budget_and_small_bodies_always_find_room() -> None:
     assert UPLOAD_SHARE * admission.limits.memory_budget_bytes == 48 * MIB
     small = Reservation(admission)
     assert small.take(SMALL_BODY_BYTES, upload=True)  # a small body is not held to the uploads' share
-    assert refusal_before_body(admission, 7 * MIB) is not None
+    assert not admission.fits(7 * MIB, upload=True)
     for reservation in [*uploads, small]:
         reservation.release()
     assert (admission.held_bytes, admission.upload_bytes) == (0, 0)
-    assert refusal_before_body(admission, 7 * MIB) is None
+    assert admission.fits(7 * MIB, upload=True)
 
 
-def test_a_body_over_the_limit_is_413_and_one_without_room_is_503_with_retry_after() -> None:
+def test_a_body_over_the_limit_is_413_from_its_headers() -> None:
     admission = Admission(limits())
-    too_large = refusal_before_body(admission, 8 * MIB + 1)
+    too_large = body_too_large(admission, 8 * MIB + 1)
     assert too_large is not None
     assert (too_large.status, too_large.slug) == (413, "body-too-large")
-    assert refusal_before_body(admission, 8 * MIB) is None
+    assert "8,388,608 bytes (MAX_BODY_BYTES)" in too_large.detail
+    assert body_too_large(admission, 8 * MIB) is None
+    assert body_too_large(admission, None) is None  # chunked: known only as it is read
+
+
+def test_a_body_without_room_waits_for_it_first_come_first_served() -> None:
+    """A body that does not fit waits, unread, for room: four clients sending 9 MB bodies to two workers,
+    one of which took three connections, had three answers in seven refused at once for memory that a
+    computation and its answer gave back a moment later. Bodies are served in order, except that one that
+    fits goes before one ahead of it that does not (as computations do)."""
+    admission = Admission(limits(compute_queue_seconds=5.0))
+    holder, holder_of_4 = Reservation(admission), Reservation(admission)
+    assert holder.take(40 * MIB, upload=True)
+    assert holder_of_4.take(4 * MIB, upload=True)  # 44 of uploads' 48 MiB
+    order: list[str] = []
+    sizes = {"first": 6 * MIB, "second": 2 * MIB, "third": 5 * MIB, "small": SMALL_BODY_BYTES}
+    bodies = {name: Reservation(admission) for name in sizes}
+
+    def send(name: str) -> None:
+        if bodies[name].take_body(sizes[name]):
+            order.append(name)
+
+    small = threading.Thread(target=send, args=("small",))
+    small.start()
+    small.join(10)
+    assert order == ["small"]  # small bodies have room of their own
+    first = threading.Thread(target=send, args=("first",))
+    first.start()
+    wait_until(lambda: admission.bodies_waiting == 1)
+    second = threading.Thread(target=send, args=("second",))
+    second.start()
+    second.join(10)  # 2 MiB fits (46 of 48 MiB): it does not wait behind the first's 6
+    third = threading.Thread(target=send, args=("third",))
+    third.start()
+    wait_until(lambda: admission.bodies_waiting == 2)
+    threading.Event().wait(0.1)
+    assert order == ["small", "second"]
+    holder_of_4.release()  # either would fit now (42 of 48 MiB held), not both: the first goes first
+    first.join(10)
+    assert order == ["small", "second", "first"]
+    assert admission.bodies_waiting == 1
+    holder.release()
+    third.join(10)
+    assert order == ["small", "second", "first", "third"]
+    for reservation in bodies.values():
+        reservation.release()
+    assert (admission.held_bytes, admission.upload_bytes, admission.bodies_waiting) == (0, 0, 0)
+
+
+def test_a_body_without_room_is_refused_after_the_queue_wait_or_at_once_past_the_queue_length() -> None:
+    admission = Admission(limits(compute_queue_seconds=0.3, compute_queue_length=1))
     holder = Reservation(admission)
     assert holder.take(60 * MIB)
-    no_room = refusal_before_body(admission, 5 * MIB)
-    assert no_room is not None
-    assert (no_room.status, no_room.slug) == (503, "overloaded")
-    assert int(no_room.headers["Retry-After"]) >= 1
-    # A chunked body (no length) is reserved at MAX_BODY_BYTES.
-    assert refusal_before_body(admission, None) is not None
+    waiting = threading.Thread(target=lambda: Reservation(admission).take_body(4 * MIB))
+    waiting.start()
+    wait_until(lambda: admission.bodies_waiting == 1)
+    assert not Reservation(admission).take_body(4 * MIB)  # the queue (of 1) is full
+    assert admission.bodies_waiting == 1
+    waiting.join(10)
+    assert admission.bodies_waiting == 0
+    assert not Reservation(admission).take_body(4 * MIB)  # after 0.3 s, nothing having come back
     holder.release()
-    assert refusal_before_body(admission, None) is None
+    assert (admission.held_bytes, admission.upload_bytes) == (0, 0)
 
 
 class Blocker:
@@ -216,7 +268,15 @@ def test_every_request_gives_back_what_it_held(app: Flask) -> None:
     assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots) == (0, 0, 0)
 
 
-def test_a_body_the_budget_cannot_take_is_503_before_it_is_read_and_closes_the_connection(app: Flask) -> None:
+def test_a_body_the_budget_cannot_take_in_time_is_503_before_it_is_read_and_closes_the_connection() -> None:
+    app = create_app(
+        {
+            "TESTING": True,
+            "MEMORY_BUDGET_BYTES": 64 * MIB,
+            "MAX_CONTENT_LENGTH": 8 * MIB,
+            "COMPUTE_QUEUE_SECONDS": 0.2,
+        }
+    )
     client: FlaskClient = app.test_client()
     admission = admission_of(app)
     assert admission is not None
@@ -228,6 +288,10 @@ def test_a_body_the_budget_cannot_take_is_503_before_it_is_read_and_closes_the_c
         assert_problem(answer, 503)
         assert answer.json is not None
         assert answer.json["type"].endswith(":overloaded")
+        assert (
+            "could not take a body of 8,000,017 bytes within COMPUTE_QUEUE_SECONDS (0.2 s)"
+            in (answer.json["detail"])
+        )
         assert int(answer.headers["Retry-After"]) >= 1
         assert take_close_request()  # the server is told to close rather than read the body
         assert client.post("/v1/attention", json=SEED).status_code == 200  # a small one still fits
@@ -303,14 +367,20 @@ def test_the_worked_example_finds_room_while_the_largest_computation_runs(app: F
             assert seed.status_code == 200
             assert seed.json is not None
             assert seed.json["weights"] == pytest.approx([0.3302384506733431, 0.6697615493266569], rel=1e-12)
-        refused = refusal_before_body(admission, SMALL_BODY_BYTES + 1)  # a large upload is kept out of it
-        assert refused is not None
-        assert (refused.status, refused.slug) == (503, "overloaded")
+        assert not admission.fits(SMALL_BODY_BYTES + 1, upload=True)  # a large upload is kept out of it
     finally:
         blocker.release.set()
         runner.join(10)
         heavy.release()
     assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots) == (0, 0, 0)
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    for _ in range(2000):  # bounded: 10 s
+        if condition():
+            return
+        threading.Event().wait(0.005)
+    raise AssertionError("not within 10 s")
 
 
 def wait_until_queued(admission: Admission, count: int) -> None:
@@ -665,6 +735,84 @@ def test_a_refused_request_gives_its_body_back_as_it_leaves_the_queue() -> None:
     for thread in (runner, head, *behind):
         thread.join(10)
     assert outcomes == {"behind 3": 503, "head": "ran", "behind 1": "ran", "behind 2": "ran"}
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+def test_a_request_behind_is_not_refused_for_memory_that_comes_back_in_a_moment() -> None:
+    """The head of the queue, with the slot free, would fit now were the body of the request queued behind
+    it given back, and fits anyway once the answer before it has been sent: that request was refused at once,
+    although the answer's memory came back a moment later (four clients, two workers, 9 MB multi-head bodies:
+    three answers in seven refused). Now the head waits for that memory up to HELD_ELSEWHERE_SECONDS, and
+    both run."""
+    admission = Admission(limits(compute_queue_seconds=5.0, compute_queue_length=8))
+    answer_being_written = Reservation(admission)
+    assert answer_being_written.take(32 * MIB)
+    outcomes: dict[str, object] = {}
+
+    def request(name: str, reservation: Reservation, memory: int) -> None:
+        try:
+            admission.run(lambda: None, cpu_seconds=0.0, memory_bytes=memory, reservation=reservation)
+            outcomes[name] = "ran"
+        except Problem as problem:
+            outcomes[name] = problem.status
+        finally:
+            reservation.release()
+
+    behind_body = Reservation(admission)
+    assert behind_body.take(4 * MIB, upload=True)  # read while the head queues
+    head = threading.Thread(target=request, args=("head", Reservation(admission), 26 * MIB))
+    head.start()
+    wait_until_queued(admission, 1)  # 32 + 4 + 26 > 60 MiB: it waits; so does the one behind (26 more)
+    behind = threading.Thread(target=request, args=("behind", behind_body, 30 * MIB))
+    behind.start()
+    wait_until_queued(admission, 2)
+    threading.Event().wait(0.1)  # within HELD_ELSEWHERE_SECONDS (0.25 s)
+    assert outcomes == {}
+    answer_being_written.release()  # the answer has been sent
+    for thread in (head, behind):
+        thread.join(10)
+    assert outcomes == {"head": "ran", "behind": "ran"}
+    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+        0,
+        0,
+        0,
+        0,
+    )
+
+
+def test_a_request_behind_is_refused_once_the_memory_held_elsewhere_is_waited_for_long_enough() -> None:
+    """As above, but the answer's reader is slow: after HELD_ELSEWHERE_SECONDS the request behind is refused
+    so that the head runs, rather than both waiting on a reader that may take ANSWER_TIMEOUT_SECONDS."""
+    admission = Admission(limits(compute_queue_seconds=5.0, compute_queue_length=8))
+    slow_answer = Reservation(admission)
+    assert slow_answer.take(32 * MIB)
+    outcomes: dict[str, object] = {}
+
+    def request(name: str, reservation: Reservation, memory: int) -> None:
+        try:
+            admission.run(lambda: None, cpu_seconds=0.0, memory_bytes=memory, reservation=reservation)
+            outcomes[name] = "ran"
+        except Problem as problem:
+            outcomes[name] = problem.status
+        finally:
+            reservation.release()
+
+    behind_body = Reservation(admission)
+    assert behind_body.take(4 * MIB, upload=True)
+    head = threading.Thread(target=request, args=("head", Reservation(admission), 26 * MIB))
+    head.start()
+    wait_until_queued(admission, 1)
+    behind = threading.Thread(target=request, args=("behind", behind_body, 30 * MIB))
+    behind.start()
+    for thread in (head, behind):
+        thread.join(10)
+    slow_answer.release()
+    assert outcomes == {"head": "ran", "behind": 503}
     assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
         0,
         0,

@@ -122,8 +122,9 @@ def test_a_request_is_in_flight_while_it_computes(
 
 
 def test_refusals_count_as_their_outcome_without_steps() -> None:
-    # A budget that other requests hold: admission answers 503 from the headers, before the view runs.
-    app = create_app({"TESTING": True, "API_KEYS": ["secret"]})
+    # A budget that other requests hold: admission answers 503 from the headers, before the view runs (once
+    # no room has come for the body within COMPUTE_QUEUE_SECONDS).
+    app = create_app({"TESTING": True, "API_KEYS": ["secret"], "COMPUTE_QUEUE_SECONDS": 0.1})
     admission = admission_of(app)
     assert admission is not None
     others = Reservation(admission)

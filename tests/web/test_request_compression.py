@@ -197,7 +197,14 @@ def test_the_inflated_body_is_held_from_the_memory_budget() -> None:
     # With 7 of an 8 MiB budget held by other uploads, a plain body of 2 MiB does not fit (503 overloaded
     # before it is read); the same body compressed to a few KB gets the same answer once it is inflated past
     # what the budget can hold.
-    app = create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 8 * MIB, "MAX_CONTENT_LENGTH": 4 * MIB})
+    app = create_app(
+        {
+            "TESTING": True,
+            "MEMORY_BUDGET_BYTES": 8 * MIB,
+            "MAX_CONTENT_LENGTH": 4 * MIB,
+            "COMPUTE_QUEUE_SECONDS": 0.1,  # how long the plain body waits for room before its 503
+        }
+    )
     admission = admission_of(app)
     assert admission is not None
     others = [Reservation(admission) for _ in range(2)]
