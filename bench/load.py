@@ -53,6 +53,15 @@ wrk.method = "POST"
 wrk.body = file:read("*a")
 file:close()
 wrk.headers["Content-Type"] = "application/json"
+
+-- The first answer that is not a success, to stderr: wrk itself only counts them.
+local reported = false
+response = function(status, headers, body)
+  if status >= 300 and not reported then
+    reported = true
+    io.stderr:write(status .. " " .. string.sub(body, 1, 400) .. "\\n")
+  end
+end
 """
 
 
@@ -70,7 +79,8 @@ def _wrk(port: int, path: str, body: bytes, *, connections: int, seconds: float)
     failed = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)", out)
     if failed or (errors and any(int(count) for count in re.findall(r"\d+", errors.group(1)))):
-        raise RuntimeError(f"wrk saw failures on {path}:\n{out}")
+        first = f"the first of them: {report.stderr.strip()}\n" if report.stderr.strip() else ""
+        raise RuntimeError(f"wrk saw failures on {path}:\n{out}{first}")
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     if not match:
         raise RuntimeError(f"cannot read wrk's report:\n{out}")
