@@ -18,8 +18,8 @@ worker. What it lacks, and this subclass adds through the worker's public method
   :data:`SWEEP_SECONDS`, so a crowd cannot keep the worker full for long and a probe or a real client
   always gets in.
 - **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
-  before the app runs; an upload the app would refuse from its headers (413, or 503 when the worker's
-  memory budget cannot take it) is answered here instead, and its connection closed.
+  before the app runs; an upload the app would refuse from its headers (413) is answered here instead,
+  and its connection closed. (One that must wait for room in the worker's memory budget waits in the app.)
 - **New connections taken in bursts when the loop lags.** With several workers on one listening socket,
   gunicorn has each accept one connection per wake-up of its loop, so that one worker does not take a whole
   burst; but a worker busy with kept-alive connections turns its loop once per round of them, so a burst of

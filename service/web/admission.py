@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import math
 import threading
 import time
@@ -341,9 +342,9 @@ class Admission:
 
     def hold_body(self, size: int, *, upload: bool) -> bool:
         """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
-        come first served, except that a body that does not fit lets those behind it that do go first. False
-        (nothing held) when none came free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH``
-        bodies wait already.
+        come first served, except that a body that does not fit lets those behind it that do go first, and a
+        small body (``upload`` False) never waits behind a large one. False (nothing held) when none came
+        free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH`` bodies wait already.
 
         Refused at once, a body that found the budget held by a computation and the answer before it was
         refused although that memory came back within moments: four clients sending 9 MB multi-head
@@ -352,17 +353,25 @@ class Admission:
         """
         limits = self.limits
         with self._changed:
-            if not self._bodies and self._try_hold_locked(size, upload=upload):
+            # Tried before the queue's length is: bodies waiting for room must not keep out one that has it (a
+            # crowd of large Content-Lengths would otherwise refuse the worked example).
+            if not self._bodies and not self._queue and self._try_hold_locked(size, upload=upload):
+                return True  # nearly always: nothing waits
+            waiter = _BodyWaiter(size, upload)
+            if self._body_turn_of(waiter) and self._try_hold_locked(size, upload=upload):
                 return True
             if len(self._bodies) >= limits.compute_queue_length:
                 return False
-            waiter = _BodyWaiter(size, upload)
             self._bodies.append(waiter)
             deadline = time.monotonic() + limits.compute_queue_seconds
             try:
                 while True:
-                    if self._body_turn_of(waiter) and self._try_hold_locked(size, upload=upload):
-                        return True
+                    if self._body_turn_of(waiter):
+                        if self._try_hold_locked(size, upload=upload):
+                            return True
+                        # Another took the room it was left (a computation, a body as it inflates): one behind
+                        # it that fits would otherwise wait for the next change.
+                        self._wake_bodies_behind(waiter)
                     left = deadline - time.monotonic()
                     if left <= 0:
                         return False
@@ -372,14 +381,28 @@ class Admission:
                 self._wake_waiters()
 
     def _body_turn_of(self, waiter: _BodyWaiter) -> bool:
-        """With the lock held: whether no body waiting ahead of ``waiter`` fits now (one that does goes
-        first)."""
-        for ahead in self._bodies:
-            if ahead is waiter:
-                return True
-            if self.fits(ahead.size, upload=ahead.upload):
-                return False
+        """With the lock held: whether ``waiter`` may take its room now. Not while a large body waiting ahead
+        of it fits (it goes first), nor while the head of the compute queue, with a slot free, fits and
+        would not with ``waiter`` held: its body is read already, and the room may be what a request
+        refused for it has just given back (taken by a body instead, the head was refused at its deadline)."""
+        if waiter.upload:
+            for ahead in self._bodies:
+                if ahead is waiter:
+                    break
+                if self.fits(ahead.size, upload=ahead.upload):
+                    return False
+        if self._queue and self.has_free_slot():
+            head = self._queue[0]
+            needs = head.memory_bytes
+            if head.refused_for is None and self.fits(needs, upload=False, computation=True):
+                return self.fits(needs + waiter.size, upload=False, computation=True)
         return True
+
+    def _wake_bodies_behind(self, waiter: _BodyWaiter) -> None:
+        """With the lock held: wake the bodies waiting if one behind ``waiter``, which has no room, fits."""
+        behind = itertools.dropwhile(lambda queued: queued is not waiter, self._bodies)
+        if any(self.fits(queued.size, upload=queued.upload) for queued in behind if queued is not waiter):
+            self._changed.notify_all()
 
     def large_request_budget(self) -> int:
         """What large uploads and computations may hold between them: the budget less small requests' room."""
@@ -562,6 +585,7 @@ class Admission:
         all of it (two of them queued on one worker refused the first with a 503 while nothing ran). The
         head of the queue lets them for a while only (:meth:`_goes_first`)."""
         if self.busy_slots >= self.limits.compute_slots or waiter.refused_for is not None:
+            waiter.room_by_refusal_since = None  # counted with a slot free only
             return False
         now = time.monotonic()
         for ahead in self._queue:
@@ -625,6 +649,7 @@ class Admission:
                 for queued in self._queue
                 if queued is not head and queued.refused_for is None
             ):
+                head.room_by_refusal_since = None  # counted again once that one has run
                 return  # one behind can start now, and then give back what it holds: it goes first
         if not self.fits(head.memory_bytes - held_behind, upload=False, computation=True):
             head.room_by_refusal_since = None

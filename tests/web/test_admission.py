@@ -8,6 +8,7 @@ any other server.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,7 +17,9 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from service import create_app
+from service.web import admission as admission_module
 from service.web.admission import (
+    HELD_ELSEWHERE_SECONDS,
     SMALL_BODY_BYTES,
     UPLOAD_SHARE,
     Admission,
@@ -743,79 +746,173 @@ def test_a_refused_request_gives_its_body_back_as_it_leaves_the_queue() -> None:
     )
 
 
-def test_a_request_behind_is_not_refused_for_memory_that_comes_back_in_a_moment() -> None:
+class Requests:
+    """Requests run on threads against one admission: each records its outcome and when it had it."""
+
+    def __init__(self, admission: Admission) -> None:
+        self.admission = admission
+        self.outcomes: dict[str, object] = {}
+        self.at: dict[str, float] = {}
+        self.threads: list[threading.Thread] = []
+
+    def send(
+        self, name: str, memory: int, *, body: Reservation | None = None, hold: Blocker | None = None
+    ) -> None:
+        """Queue a computation needing ``memory`` (its ``body`` already held; ``hold`` keeps its slot)."""
+        reservation = Reservation(self.admission) if body is None else body
+
+        def request() -> None:
+            try:
+                self.admission.run(
+                    (lambda: None) if hold is None else hold,
+                    cpu_seconds=0.0,
+                    memory_bytes=memory,
+                    reservation=reservation,
+                )
+                self.outcomes[name] = "ran"
+            except Problem as problem:
+                self.outcomes[name] = problem.status
+            finally:
+                self.at[name] = time.monotonic()
+                reservation.release()
+
+        thread = threading.Thread(target=request)
+        thread.start()
+        self.threads.append(thread)
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join(10)
+        admission = self.admission
+        assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
+            0,
+            0,
+            0,
+            0,
+        )
+
+
+def test_a_request_behind_is_not_refused_for_memory_that_comes_back_in_a_moment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The head of the queue, with the slot free, would fit now were the body of the request queued behind
     it given back, and fits anyway once the answer before it has been sent: that request was refused at once,
     although the answer's memory came back a moment later (four clients, two workers, 9 MB multi-head bodies:
-    three answers in seven refused). Now the head waits for that memory up to HELD_ELSEWHERE_SECONDS, and
-    both run."""
-    admission = Admission(limits(compute_queue_seconds=5.0, compute_queue_length=8))
+    three answers in seven refused). Now the head waits for that memory up to HELD_ELSEWHERE_SECONDS (here
+    made 5 s, so that a loaded machine cannot run it out), and both run."""
+    monkeypatch.setattr(admission_module, "HELD_ELSEWHERE_SECONDS", 5.0)
+    admission = Admission(limits(compute_queue_seconds=8.0, compute_queue_length=8))
     answer_being_written = Reservation(admission)
     assert answer_being_written.take(32 * MIB)
-    outcomes: dict[str, object] = {}
-
-    def request(name: str, reservation: Reservation, memory: int) -> None:
-        try:
-            admission.run(lambda: None, cpu_seconds=0.0, memory_bytes=memory, reservation=reservation)
-            outcomes[name] = "ran"
-        except Problem as problem:
-            outcomes[name] = problem.status
-        finally:
-            reservation.release()
-
+    requests = Requests(admission)
     behind_body = Reservation(admission)
     assert behind_body.take(4 * MIB, upload=True)  # read while the head queues
-    head = threading.Thread(target=request, args=("head", Reservation(admission), 26 * MIB))
-    head.start()
+    requests.send("head", 26 * MIB)
     wait_until_queued(admission, 1)  # 32 + 4 + 26 > 60 MiB: it waits; so does the one behind (26 more)
-    behind = threading.Thread(target=request, args=("behind", behind_body, 30 * MIB))
-    behind.start()
+    requests.send("behind", 30 * MIB, body=behind_body)
     wait_until_queued(admission, 2)
-    threading.Event().wait(0.1)  # within HELD_ELSEWHERE_SECONDS (0.25 s)
-    assert outcomes == {}
+    threading.Event().wait(0.1)
+    assert requests.outcomes == {}
     answer_being_written.release()  # the answer has been sent
-    for thread in (head, behind):
-        thread.join(10)
-    assert outcomes == {"head": "ran", "behind": "ran"}
-    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
-        0,
-        0,
-        0,
-        0,
-    )
+    requests.join()
+    assert requests.outcomes == {"head": "ran", "behind": "ran"}
 
 
 def test_a_request_behind_is_refused_once_the_memory_held_elsewhere_is_waited_for_long_enough() -> None:
-    """As above, but the answer's reader is slow: after HELD_ELSEWHERE_SECONDS the request behind is refused
-    so that the head runs, rather than both waiting on a reader that may take ANSWER_TIMEOUT_SECONDS."""
+    """As above, but the answer's reader is slow: HELD_ELSEWHERE_SECONDS after the request behind queued (not
+    at once) it is refused, so that the head runs, rather than both waiting on a reader that may take
+    ANSWER_TIMEOUT_SECONDS."""
     admission = Admission(limits(compute_queue_seconds=5.0, compute_queue_length=8))
     slow_answer = Reservation(admission)
     assert slow_answer.take(32 * MIB)
-    outcomes: dict[str, object] = {}
-
-    def request(name: str, reservation: Reservation, memory: int) -> None:
-        try:
-            admission.run(lambda: None, cpu_seconds=0.0, memory_bytes=memory, reservation=reservation)
-            outcomes[name] = "ran"
-        except Problem as problem:
-            outcomes[name] = problem.status
-        finally:
-            reservation.release()
-
+    requests = Requests(admission)
     behind_body = Reservation(admission)
     assert behind_body.take(4 * MIB, upload=True)
-    head = threading.Thread(target=request, args=("head", Reservation(admission), 26 * MIB))
-    head.start()
+    requests.send("head", 26 * MIB)
     wait_until_queued(admission, 1)
-    behind = threading.Thread(target=request, args=("behind", behind_body, 30 * MIB))
-    behind.start()
-    for thread in (head, behind):
+    queued = time.monotonic()
+    requests.send("behind", 30 * MIB, body=behind_body)
+    for thread in requests.threads:
         thread.join(10)
     slow_answer.release()
-    assert outcomes == {"head": "ran", "behind": 503}
-    assert (admission.held_bytes, admission.upload_bytes, admission.busy_slots, admission.queued) == (
-        0,
-        0,
-        0,
-        0,
-    )
+    requests.join()
+    assert requests.outcomes == {"head": "ran", "behind": 503}
+    assert requests.at["behind"] - queued >= HELD_ELSEWHERE_SECONDS
+
+
+def test_the_wait_for_memory_held_elsewhere_counts_only_while_a_slot_is_free(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The head's wait (HELD_ELSEWHERE_SECONDS, here 1 s) for memory held outside the queue starts again after
+    a request behind it took the slot: counted from the first time, it had run out when that one's answer
+    was being sent, and the request behind was refused at once for memory that came back a moment later."""
+    monkeypatch.setattr(admission_module, "HELD_ELSEWHERE_SECONDS", 1.0)
+    admission = Admission(limits(compute_queue_seconds=8.0, compute_queue_length=8))
+    answer_being_written = Reservation(admission)
+    assert answer_being_written.take(32 * MIB)
+    requests = Requests(admission)
+    behind_body = Reservation(admission)
+    assert behind_body.take(4 * MIB, upload=True)
+    requests.send("head", 26 * MIB)
+    wait_until_queued(admission, 1)
+    requests.send("behind", 30 * MIB, body=behind_body)  # the head's wait starts
+    wait_until_queued(admission, 2)
+    small = Blocker()
+    requests.send("small", MIB, hold=small)  # fits: it passes both, and holds the slot 1.5 s
+    assert small.started.wait(10)
+    threading.Event().wait(1.5)
+    small.release.set()  # the head's wait starts again here, not 1.5 s ago
+    threading.Event().wait(0.1)
+    answer_being_written.release()
+    requests.join()
+    assert requests.outcomes == {"small": "ran", "head": "ran", "behind": "ran"}
+
+
+def test_a_body_waiting_for_room_leaves_it_to_the_head_of_the_compute_queue() -> None:
+    """Room that comes back while the head of the compute queue (its body read, a slot free) and a body both
+    wait for it goes to the head when it cannot go to both: taken by the body, it kept the head waiting
+    until its deadline (the body's own request then queued behind it, to be refused for it)."""
+    admission = Admission(limits(compute_queue_seconds=5.0, compute_queue_length=8))
+    answer_being_written = Reservation(admission)
+    assert answer_being_written.take(50 * MIB)
+    requests = Requests(admission)
+    order: list[str] = []
+    body = Reservation(admission)
+
+    def send_body() -> None:
+        if body.take_body(15 * MIB):  # 50 + 15 > 60 MiB: it waits
+            order.append(f"body with {admission.held_bytes // MIB} MiB held")
+
+    sender = threading.Thread(target=send_body)
+    sender.start()
+    wait_until(lambda: admission.bodies_waiting == 1)  # waiting first, it is woken first
+    requests.send("head", 50 * MIB)
+    wait_until_queued(admission, 1)
+    answer_being_written.release()  # either fits now, not both
+    for thread in requests.threads:
+        thread.join(10)
+    sender.join(10)
+    body.release()
+    requests.join()
+    assert requests.outcomes == {"head": "ran"}
+    assert order == ["body with 15 MiB held"]  # after the head's 50 MiB had been given back
+
+
+def test_small_bodies_are_not_kept_out_by_large_ones_waiting_for_room() -> None:
+    """Bodies waiting for room (COMPUTE_QUEUE_LENGTH of them) refused the worked example's body, which had
+    room: a crowd of large Content-Lengths would have kept every small request out."""
+    admission = Admission(limits(compute_queue_seconds=5.0, compute_queue_length=1))
+    uploads = Reservation(admission)
+    assert uploads.take(46 * MIB, upload=True)
+    waiting = Reservation(admission)
+    sender = threading.Thread(target=waiting.take_body, args=(4 * MIB,))
+    sender.start()
+    wait_until(lambda: admission.bodies_waiting == 1)
+    small = Reservation(admission)
+    assert small.take_body(57)
+    assert not Reservation(admission).take_body(4 * MIB)  # a large one is refused: the queue is full
+    small.release()
+    uploads.release()
+    sender.join(10)
+    waiting.release()
+    assert (admission.held_bytes, admission.upload_bytes, admission.bodies_waiting) == (0, 0, 0)
