@@ -792,6 +792,23 @@ class Requests:
         )
 
 
+def head_and_one_behind(*, compute_queue_seconds: float) -> tuple[Reservation, Requests]:
+    """An answer being written holds 32 MiB; the head of the queue needs 26, the request behind it (its 4 MiB
+    body read) 30: 32 + 4 + 26 > 60 MiB, so neither fits, and the head would were the body behind refused.
+    The answer's reservation, and the queued requests."""
+    admission = Admission(limits(compute_queue_seconds=compute_queue_seconds, compute_queue_length=8))
+    answer = Reservation(admission)
+    assert answer.take(32 * MIB)
+    requests = Requests(admission)
+    behind_body = Reservation(admission)
+    assert behind_body.take(4 * MIB, upload=True)  # read while the head queues
+    requests.send("head", 26 * MIB)
+    wait_until_queued(admission, 1)
+    requests.send("behind", 30 * MIB, body=behind_body)
+    wait_until_queued(admission, 2)
+    return answer, requests
+
+
 def test_a_request_behind_is_not_refused_for_memory_that_comes_back_in_a_moment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -801,16 +818,7 @@ def test_a_request_behind_is_not_refused_for_memory_that_comes_back_in_a_moment(
     three answers in seven refused). Now the head waits for that memory up to HELD_ELSEWHERE_SECONDS (here
     made 5 s, so that a loaded machine cannot run it out), and both run."""
     monkeypatch.setattr(admission_module, "HELD_ELSEWHERE_SECONDS", 5.0)
-    admission = Admission(limits(compute_queue_seconds=8.0, compute_queue_length=8))
-    answer_being_written = Reservation(admission)
-    assert answer_being_written.take(32 * MIB)
-    requests = Requests(admission)
-    behind_body = Reservation(admission)
-    assert behind_body.take(4 * MIB, upload=True)  # read while the head queues
-    requests.send("head", 26 * MIB)
-    wait_until_queued(admission, 1)  # 32 + 4 + 26 > 60 MiB: it waits; so does the one behind (26 more)
-    requests.send("behind", 30 * MIB, body=behind_body)
-    wait_until_queued(admission, 2)
+    answer_being_written, requests = head_and_one_behind(compute_queue_seconds=8.0)
     threading.Event().wait(0.1)
     assert requests.outcomes == {}
     answer_being_written.release()  # the answer has been sent
@@ -822,16 +830,8 @@ def test_a_request_behind_is_refused_once_the_memory_held_elsewhere_is_waited_fo
     """As above, but the answer's reader is slow: HELD_ELSEWHERE_SECONDS after the request behind queued (not
     at once) it is refused, so that the head runs, rather than both waiting on a reader that may take
     ANSWER_TIMEOUT_SECONDS."""
-    admission = Admission(limits(compute_queue_seconds=5.0, compute_queue_length=8))
-    slow_answer = Reservation(admission)
-    assert slow_answer.take(32 * MIB)
-    requests = Requests(admission)
-    behind_body = Reservation(admission)
-    assert behind_body.take(4 * MIB, upload=True)
-    requests.send("head", 26 * MIB)
-    wait_until_queued(admission, 1)
     queued = time.monotonic()
-    requests.send("behind", 30 * MIB, body=behind_body)
+    slow_answer, requests = head_and_one_behind(compute_queue_seconds=5.0)
     for thread in requests.threads:
         thread.join(10)
     slow_answer.release()
@@ -847,16 +847,7 @@ def test_the_wait_for_memory_held_elsewhere_counts_only_while_a_slot_is_free(
     a request behind it took the slot: counted from the first time, it had run out when that one's answer
     was being sent, and the request behind was refused at once for memory that came back a moment later."""
     monkeypatch.setattr(admission_module, "HELD_ELSEWHERE_SECONDS", 1.0)
-    admission = Admission(limits(compute_queue_seconds=8.0, compute_queue_length=8))
-    answer_being_written = Reservation(admission)
-    assert answer_being_written.take(32 * MIB)
-    requests = Requests(admission)
-    behind_body = Reservation(admission)
-    assert behind_body.take(4 * MIB, upload=True)
-    requests.send("head", 26 * MIB)
-    wait_until_queued(admission, 1)
-    requests.send("behind", 30 * MIB, body=behind_body)  # the head's wait starts
-    wait_until_queued(admission, 2)
+    answer_being_written, requests = head_and_one_behind(compute_queue_seconds=8.0)  # the head's wait starts
     small = Blocker()
     requests.send("small", MIB, hold=small)  # fits: it passes both, and holds the slot 1.5 s
     assert small.started.wait(10)
