@@ -190,16 +190,14 @@ class Reservation:
             self.upload_bytes += size
         return True
 
-    def take_body(self, size: int) -> bool:
+    def take_body(self, size: int) -> None:
         """Reserve ``size`` bytes for the request's body, waiting for room as :meth:`Admission.hold_body`
-        does; False if none came free in time."""
+        does (and raising its 503 when none comes)."""
         upload = size > SMALL_BODY_BYTES
-        if not self._admission.hold_body(size, upload=upload):
-            return False
+        self._admission.hold_body(size, upload=upload)
         self.held_bytes += size
         if upload:
             self.upload_bytes += size
-        return True
 
     def hand_over(self) -> Reservation:
         """A new reservation holding all this one held, which is left empty (its request is done with it)."""
@@ -340,11 +338,12 @@ class Admission:
         with self._lock:
             return self._try_hold_locked(size, upload=upload, computation=computation)
 
-    def hold_body(self, size: int, *, upload: bool) -> bool:
+    def hold_body(self, size: int, *, upload: bool) -> None:
         """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
         come first served, except that a body that does not fit lets those behind it that do go first, and a
-        small body (``upload`` False) never waits behind a large one. False (nothing held) when none came
-        free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH`` bodies wait already.
+        small body (``upload`` False) never waits behind a large one. A 503 ``overloaded`` (nothing held)
+        when none came free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH`` bodies wait
+        already.
 
         Refused at once, a body that found the budget held by a computation and the answer before it was
         refused although that memory came back within moments: four clients sending 9 MB multi-head
@@ -356,25 +355,30 @@ class Admission:
             # Tried before the queue's length is: bodies waiting for room must not keep out one that has it (a
             # crowd of large Content-Lengths would otherwise refuse the worked example).
             if not self._bodies and not self._queue and self._try_hold_locked(size, upload=upload):
-                return True  # nearly always: nothing waits
+                return  # nearly always: nothing waits
             waiter = _BodyWaiter(size, upload)
             if self._body_turn_of(waiter) and self._try_hold_locked(size, upload=upload):
-                return True
+                return
             if len(self._bodies) >= limits.compute_queue_length:
-                return False
+                raise overloaded(
+                    f"{len(self._bodies)} request bodies are already waiting for room in this worker's "
+                    f"memory budget (COMPUTE_QUEUE_LENGTH = {limits.compute_queue_length}); try again "
+                    "shortly.",
+                    1.0,
+                )
             self._bodies.append(waiter)
             deadline = time.monotonic() + limits.compute_queue_seconds
             try:
                 while True:
                     if self._body_turn_of(waiter):
                         if self._try_hold_locked(size, upload=upload):
-                            return True
+                            return
                         # Another took the room it was left (a computation, a body as it inflates): one behind
                         # it that fits would otherwise wait for the next change.
                         self._wake_bodies_behind(waiter)
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return False
+                        raise _no_room_for_body(self, size, waited=True)
                     self._changed.wait(left)
             finally:
                 self._bodies.remove(waiter)
@@ -970,12 +974,14 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         return
     length = request.content_length
     size = body_reservation(admission.limits, length)
-    refusal = body_too_large(admission, length)
-    if refusal is None and not reservation.take_body(size):
-        refusal = _no_room_for_body(admission, size, waited=True)
-    if refusal is not None:
+    try:
+        refusal = body_too_large(admission, length)
+        if refusal is not None:
+            raise refusal
+        reservation.take_body(size)
+    except Problem:
         close_connection_after_answer()
-        raise refusal
+        raise
     counted = counting_input(request.environ)
     if counted is not None:
         limits = admission.limits

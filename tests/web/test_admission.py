@@ -93,8 +93,8 @@ def test_a_body_without_room_waits_for_it_first_come_first_served() -> None:
     bodies = {name: Reservation(admission) for name in sizes}
 
     def send(name: str) -> None:
-        if bodies[name].take_body(sizes[name]):
-            order.append(name)
+        bodies[name].take_body(sizes[name])
+        order.append(name)
 
     small = threading.Thread(target=send, args=("small",))
     small.start()
@@ -127,14 +127,25 @@ def test_a_body_without_room_is_refused_after_the_queue_wait_or_at_once_past_the
     admission = Admission(limits(compute_queue_seconds=0.3, compute_queue_length=1))
     holder = Reservation(admission)
     assert holder.take(60 * MIB)
-    waiting = threading.Thread(target=lambda: Reservation(admission).take_body(4 * MIB))
+    refusals: list[Problem] = []
+
+    def send() -> None:
+        with pytest.raises(Problem) as refused:
+            Reservation(admission).take_body(4 * MIB)
+        refusals.append(refused.value)
+
+    waiting = threading.Thread(target=send)
     waiting.start()
     wait_until(lambda: admission.bodies_waiting == 1)
-    assert not Reservation(admission).take_body(4 * MIB)  # the queue (of 1) is full
+    send()  # the queue (of 1) is full: at once
     assert admission.bodies_waiting == 1
     waiting.join(10)
     assert admission.bodies_waiting == 0
-    assert not Reservation(admission).take_body(4 * MIB)  # after 0.3 s, nothing having come back
+    assert [(problem.status, problem.slug) for problem in refusals] == [(503, "overloaded")] * 2
+    assert "1 request bodies are already waiting" in refusals[0].detail
+    assert "(COMPUTE_QUEUE_LENGTH = 1)" in refusals[0].detail
+    assert "within COMPUTE_QUEUE_SECONDS (0.3 s)" in refusals[1].detail  # nothing came back
+    assert all(int(problem.headers["Retry-After"]) >= 1 for problem in refusals)
     holder.release()
     assert (admission.held_bytes, admission.upload_bytes) == (0, 0)
 
@@ -871,8 +882,8 @@ def test_a_body_waiting_for_room_leaves_it_to_the_head_of_the_compute_queue() ->
     body = Reservation(admission)
 
     def send_body() -> None:
-        if body.take_body(15 * MIB):  # 50 + 15 > 60 MiB: it waits
-            order.append(f"body with {admission.held_bytes // MIB} MiB held")
+        body.take_body(15 * MIB)  # 50 + 15 > 60 MiB: it waits
+        order.append(f"body with {admission.held_bytes // MIB} MiB held")
 
     sender = threading.Thread(target=send_body)
     sender.start()
@@ -900,8 +911,10 @@ def test_small_bodies_are_not_kept_out_by_large_ones_waiting_for_room() -> None:
     sender.start()
     wait_until(lambda: admission.bodies_waiting == 1)
     small = Reservation(admission)
-    assert small.take_body(57)
-    assert not Reservation(admission).take_body(4 * MIB)  # a large one is refused: the queue is full
+    small.take_body(57)
+    assert small.held_bytes == 57
+    with pytest.raises(Problem, match="COMPUTE_QUEUE_LENGTH = 1"):
+        Reservation(admission).take_body(4 * MIB)  # a large one is refused: the queue is full
     small.release()
     uploads.release()
     sender.join(10)
