@@ -26,13 +26,16 @@ def problem_bytes(
     *,
     slug: str | None = None,
     headers: Mapping[str, str] | None = None,
+    title: str | None = None,
 ) -> tuple[bytes, str]:
-    """The whole HTTP answer (``Connection: close``) for a problem, and the request id it carries."""
+    """The whole HTTP answer (``Connection: close``) for a problem, and the request id it carries: ``reason``
+    is the status line's phrase, and the problem's title unless ``title`` is given (the app's 503s are
+    titled ``Overloaded`` under a ``Service Unavailable`` status line)."""
     request_id = uuid.uuid4().hex
     body = json.dumps(
         {
             "type": PROBLEM_TYPE_BASE + slug if slug else "about:blank",
-            "title": reason,
+            "title": title or reason,
             "status": status,
             "detail": detail or reason,
             "request_id": request_id,
@@ -86,8 +89,9 @@ def write_problem(
     headers: Mapping[str, str] | None = None,
     method: str | None = None,
     path: str | None = None,
+    title: str | None = None,
 ) -> None:
     """Write a problem answer on ``sock`` (which the caller then closes) and log it."""
-    answer, request_id = problem_bytes(status, reason, detail, slug=slug, headers=headers)
+    answer, request_id = problem_bytes(status, reason, detail, slug=slug, headers=headers, title=title)
     sock.sendall(answer)
     log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id, method=method, path=path)

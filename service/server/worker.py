@@ -12,14 +12,16 @@ worker. What it lacks, and this subclass adds through the worker's public method
 - **Chunked bodies counted on the wire.** What each connection receives is counted (:class:`ClientSocket`),
   for the app to refuse a chunked body whose framing outgrows its data (service/web/body.py).
 - **Room for new connections.** A worker holds at most ``worker_connections`` connections. When it holds more
-  than :data:`CROWDED_SHARE` of them, the connections that have waited longest for the client (idle
-  keep-alives, clients that connect and send nothing or trickle their headers, bodies that stall, such as
-  a lying ``Content-Length``: those are answered 408) are closed first, on each new connection and every
+  than :data:`CROWDED_SHARE` of them, bodies waiting for room in the memory budget (503) and then the
+  connections that have waited longest for the client (idle keep-alives, clients that connect and send
+  nothing or trickle their headers, bodies that stall, such as a lying ``Content-Length``: those are
+  answered 408) are closed first, on each new connection and every
   :data:`SWEEP_SECONDS`, so a crowd cannot keep the worker full for long and a probe or a real client
   always gets in.
 - **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
-  before the app runs; an upload the app would refuse from its headers (413) is answered here instead,
-  and its connection closed. (One that must wait for room in the worker's memory budget waits in the app.)
+  before the app runs; an upload the app would refuse from its headers (413, or 503 when no room comes for
+  it in the worker's memory budget in time) is answered here instead, and its connection closed; one that
+  had to wait for room keeps it for the app.
 - **New connections taken in bursts when the loop lags.** With several workers on one listening socket,
   gunicorn has each accept one connection per wake-up of its loop, so that one worker does not take a whole
   burst; but a worker busy with kept-alive connections turns its loop once per round of them, so a burst of
@@ -56,7 +58,12 @@ from gevent.server import StreamServer
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server.problems import write_problem
-from service.web.admission import Admission, admission_of, body_too_large
+from service.web.admission import (
+    Admission,
+    admission_of,
+    hold_before_continue,
+    release_held_before_continue,
+)
 from service.web.connection import on_bytes_received, on_close_request, on_stall_watch, take_close_request
 from service.web.inference import count_server_answer
 from service.web.problems import Problem
@@ -94,11 +101,12 @@ class _Wait:
     ``timeout`` in it. As such it stands for a body read (service/web/body.py), whose own deadline raised
     early answers 408 and closes the connection."""
 
-    def __init__(self, waits: IdleConnections, timeout: gevent.Timeout) -> None:
+    def __init__(self, waits: IdleConnections, timeout: gevent.Timeout, *, for_room: bool = False) -> None:
         self._waits = waits
         self.timeout = timeout
         self.greenlet = gevent.getcurrent()
         self.since = 0.0
+        self.for_room = for_room  # a body waiting for room in the memory budget, not for its client
 
     def __enter__(self) -> _Wait:
         self.since = time.monotonic()
@@ -283,9 +291,9 @@ class IdleConnections:
     ) -> _HeadWait:
         return _HeadWait(self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock)
 
-    def body_wait(self, timeout: BaseException) -> _Wait:
+    def body_wait(self, timeout: BaseException, *, for_room: bool = False) -> _Wait:
         assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
-        return _Wait(self, timeout)
+        return _Wait(self, timeout, for_room=for_room)
 
     def end_kept_alive_waits(self) -> int:
         """End every wait for the next request on a connection kept alive (they close); how many were ended.
@@ -298,9 +306,12 @@ class IdleConnections:
         return len(heads)
 
     def close_longest_idle(self, count: int) -> int:
-        """End up to ``count`` waits that lasted :data:`MIN_IDLE_SECONDS` or more; how many were ended."""
+        """End up to ``count`` waits: bodies waiting for room in the memory budget first, however young
+        (their clients have sent only a head: a crowd of them had the sweep cut 33 of 40 uploads held one
+        byte short), then the longest of those that lasted :data:`MIN_IDLE_SECONDS`; how many were ended."""
         now = time.monotonic()
-        chosen = [wait for wait in self.waiting if now - wait.since >= MIN_IDLE_SECONDS][:count]
+        idle = [wait for wait in self.waiting if wait.for_room or now - wait.since >= MIN_IDLE_SECONDS]
+        chosen = sorted(idle, key=lambda wait: not wait.for_room)[:count]  # stable: the oldest first in each
         loop = gevent.get_hub().loop
         for wait in chosen:
             loop.run_callback(wait.end_now)
@@ -438,8 +449,9 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             write_problem(
                 sock,
                 refusal.status,
-                refusal.title or status_phrase(refusal.status),
+                status_phrase(refusal.status),
                 refusal.detail,
+                title=refusal.title,
                 slug=refusal.slug,
                 headers=refusal.headers,
                 method=req.method,
@@ -464,6 +476,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             on_close_request(None)
             on_stall_watch(None)
             on_bytes_received(None)
+            release_held_before_continue()
         if take_close_request():
             linger(sock)
             raise StopIteration()
@@ -494,9 +507,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             self.log.exception("could not count a refusal in the metrics")
 
     def _refusal_before_continue(self, req: Any) -> Problem | None:
-        """The app's refusal of an ``Expect: 100-continue`` body, decided from its headers (a 413: a body
-        that must wait for room in the memory budget waits in the app, its bytes in the kernel's buffers
-        meanwhile); None to go on."""
+        """The app's refusal of an ``Expect: 100-continue`` body, decided from its headers (a 413, or a 503
+        when no room came for it in time); None to go on, its room in the memory budget held for it."""
         if req.version < (1, 1):
             return None
         headers = {name: value for name, value in req.headers}
@@ -512,4 +524,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             content_length = None if length is None else int(length)
         except ValueError:
             return None  # gunicorn refuses a malformed Content-Length itself
-        return body_too_large(self.admission, content_length)
+        on_stall_watch(self.idle.body_wait)  # its wait for room may be ended when the worker is crowded
+        try:
+            hold_before_continue(self.admission, content_length)
+        except Problem as refusal:
+            return refusal
+        finally:
+            on_stall_watch(None)
+        return None

@@ -35,6 +35,7 @@ accounting runs and the kernel runs inline.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import itertools
@@ -52,7 +53,7 @@ from flask.wrappers import Request
 
 from service.requests import Work
 from service.web.body import CountingInput, body_size, counting_input
-from service.web.connection import close_connection_after_answer, under_gevent
+from service.web.connection import close_connection_after_answer, stall_watch, under_gevent
 from service.web.garbage import collection_paused
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.inference import Timeline, current_timeline
@@ -190,14 +191,25 @@ class Reservation:
             self.upload_bytes += size
         return True
 
-    def take_body(self, size: int) -> None:
+    def take_body(
+        self,
+        size: int,
+        *,
+        while_waiting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
         """Reserve ``size`` bytes for the request's body, waiting for room as :meth:`Admission.hold_body`
         does (and raising its 503 when none comes)."""
         upload = size > SMALL_BODY_BYTES
-        self._admission.hold_body(size, upload=upload)
+        self._admission.hold_body(size, upload=upload, while_waiting=while_waiting)
         self.held_bytes += size
         if upload:
             self.upload_bytes += size
+
+    def take_over(self, other: Reservation) -> None:
+        """Hold all that ``other`` holds (of the same budget), which is left empty."""
+        held, upload = other.empty()
+        self.held_bytes += held
+        self.upload_bytes += upload
 
     def hand_over(self) -> Reservation:
         """A new reservation holding all this one held, which is left empty (its request is done with it)."""
@@ -338,12 +350,18 @@ class Admission:
         with self._lock:
             return self._try_hold_locked(size, upload=upload, computation=computation)
 
-    def hold_body(self, size: int, *, upload: bool) -> None:
+    def hold_body(
+        self,
+        size: int,
+        *,
+        upload: bool,
+        while_waiting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    ) -> None:
         """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
         come first served, except that a body that does not fit lets those behind it that do go first, and a
         small body (``upload`` False) never waits behind a large one. A 503 ``overloaded`` (nothing held)
         when none came free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH`` bodies wait
-        already.
+        already. ``while_waiting()`` is entered around the wait, if it must (see :func:`_admit_body`).
 
         Refused at once, a body that found the budget held by a computation and the answer before it was
         refused although that memory came back within moments: four clients sending 9 MB multi-head
@@ -369,17 +387,18 @@ class Admission:
             self._bodies.append(waiter)
             deadline = time.monotonic() + limits.compute_queue_seconds
             try:
-                while True:
-                    if self._body_turn_of(waiter):
-                        if self._try_hold_locked(size, upload=upload):
-                            return
-                        # Another took the room it was left (a computation, a body as it inflates): one behind
-                        # it that fits would otherwise wait for the next change.
-                        self._wake_bodies_behind(waiter)
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise _no_room_for_body(self, size, waited=True)
-                    self._changed.wait(left)
+                with while_waiting():
+                    while True:
+                        if self._body_turn_of(waiter):
+                            if self._try_hold_locked(size, upload=upload):
+                                return
+                            # Another took the room it was left (a computation, a body as it inflates): one
+                            # behind it that fits would otherwise wait for the next change.
+                            self._wake_bodies_behind(waiter)
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            raise _no_room_for_body(self, size, waited=True)
+                        self._changed.wait(left)
             finally:
                 self._bodies.remove(waiter)
                 self._wake_waiters()
@@ -733,6 +752,31 @@ def body_too_large(admission: Admission, content_length: int | None) -> Problem 
     return None
 
 
+def hold_before_continue(admission: Admission, content_length: int | None) -> None:
+    """For a body sent with ``Expect: 100-continue``: hold its room before the server tells the client to
+    send it, or raise the 413 or 503 (the client then never sends it). The request's admission takes the room
+    over (:func:`_admit_body`); :func:`release_held_before_continue` gives back what it did not.
+
+    Without it, a body that had to wait for room was told to continue first: each waiting client sent
+    megabytes that lay unread in the kernel's buffers until its 503.
+    """
+    refusal = body_too_large(admission, content_length)
+    if refusal is not None:
+        raise refusal
+    held = Reservation(admission)
+    held.take_body(body_reservation(admission.limits, content_length), while_waiting=_closable_while_waiting)
+    _held_before_continue.set(held)
+
+
+def release_held_before_continue() -> None:
+    """After a request: give back the room :func:`hold_before_continue` held for it, if its admission did not
+    take it over (the app refused the request before, or never ran)."""
+    held = _held_before_continue.get()
+    if held is not None:
+        _held_before_continue.set(None)
+        held.release()
+
+
 def hold_body_bytes(size: int) -> None:
     """Hold ``size`` more bytes of the budget for the current request's body (a compressed body as it is
     inflated: it counts at its inflated size, as a plain body at its length); 503 ``overloaded`` when the
@@ -761,6 +805,10 @@ def _no_room_for_body(admission: Admission, size: int, *, waited: bool = False) 
 
 
 _current: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("reservation", default=None)
+# The room held for a body before its 100 Continue (hold_before_continue), until its admission takes it over.
+_held_before_continue: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar(
+    "held_before_continue", default=None
+)
 
 
 class Computation(Protocol[T_co]):
@@ -974,11 +1022,20 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         return
     length = request.content_length
     size = body_reservation(admission.limits, length)
+    held = _held_before_continue.get()
+    if held is not None:  # held by the server before the 100 Continue
+        _held_before_continue.set(None)
+        if held.held_bytes == size:
+            reservation.take_over(held)
+        else:  # (the same headers give the same size)
+            held.release()
+            held = None
     try:
         refusal = body_too_large(admission, length)
         if refusal is not None:
             raise refusal
-        reservation.take_body(size)
+        if held is None:
+            reservation.take_body(size, while_waiting=_closable_while_waiting)
     except Problem:
         close_connection_after_answer()
         raise
@@ -988,6 +1045,29 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         counted.set_deadline(
             size, grace_seconds=limits.body_timeout_seconds, bytes_per_second=limits.body_min_bytes_per_second
         )
+
+
+@contextlib.contextmanager
+def _closable_while_waiting() -> Iterator[None]:
+    """Around a body's wait for room in the budget: under the gevent worker, among the waits the server ends
+    when crowded, before any other (:func:`~service.web.connection.stall_watch`); then a 503, and the
+    connection closed. Not so, a crowd of heads waiting for room kept their connections while the server
+    cut the uploads that were being read to make room."""
+    if not under_gevent():
+        yield
+        return
+    crowded = gevent.Timeout()  # never started: only the server raises it, when it ends the wait
+    try:
+        with stall_watch(crowded, for_room=True):
+            yield
+    except gevent.Timeout as fired:
+        if fired is not crowded:
+            raise
+        raise overloaded(
+            "This worker has too many connections open, and this request's body was still waiting for room "
+            "in its memory budget (MEMORY_BUDGET_BYTES): the wait was ended to make room; try again shortly.",
+            1.0,
+        ) from None
 
 
 def _is_chunked(environ: dict[str, Any]) -> bool:

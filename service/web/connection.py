@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 try:  # the default worker's event loop; the service also runs without it (the test client, flask run)
     import gevent.monkey
@@ -27,9 +27,15 @@ _close_after_answer: contextvars.ContextVar[bool] = contextvars.ContextVar(
 )
 # Set by the server around each request: how to make the answer itself say ``Connection: close``.
 _closer: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("closer", default=None)
-# Set by the server around each request: how a body read that waits for the client is put among the waits
-# the server may end early when it needs room for other connections.
-StallWatch = Callable[[BaseException], AbstractContextManager[Any]]
+
+
+# Set by the server around each request: how a body read that waits for the client, or a body that waits for
+# room in the memory budget (``for_room``), is put among the waits the server may end early when it needs room
+# for other connections.
+class StallWatch(Protocol):
+    def __call__(self, timeout: BaseException, *, for_room: bool = False) -> AbstractContextManager[Any]: ...
+
+
 _stall_watch: contextvars.ContextVar[StallWatch | None] = contextvars.ContextVar("stall_watch", default=None)
 # Set by the server around each request: the bytes its connection has received so far, framing included.
 _received: contextvars.ContextVar[Callable[[], int] | None] = contextvars.ContextVar("received", default=None)
@@ -88,11 +94,13 @@ def on_stall_watch(watch: StallWatch | None) -> None:
     _stall_watch.set(watch)
 
 
-def stall_watch(timeout: BaseException) -> AbstractContextManager[Any]:
+def stall_watch(timeout: BaseException, *, for_room: bool = False) -> AbstractContextManager[Any]:
     """``with`` it around a read that waits for the client: the server may end the wait early, when it is
-    crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it."""
+    crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it.
+    ``for_room``: around a body's wait for room in the memory budget instead, which the server ends before
+    any other (the client has sent only a head, and loses nothing else)."""
     watch = _stall_watch.get()
-    return watch(timeout) if watch is not None else contextlib.nullcontext()
+    return watch(timeout, for_room=for_room) if watch is not None else contextlib.nullcontext()
 
 
 def on_bytes_received(counter: Callable[[], int] | None) -> None:

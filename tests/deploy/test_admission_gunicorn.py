@@ -7,6 +7,7 @@ answering probes. Loopback only; every crowd and loop is bounded in count and ti
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import http.client
 import json
@@ -496,3 +497,135 @@ def test_clients_sharing_one_worker_wait_for_memory_rather_than_being_refused() 
         for thread in clients:
             thread.join(120)
     assert statuses == [200] * 16
+
+
+UPLOAD_BYTES = 340_000  # 18 of them fill the uploads' share (6 MiB) of an 8 MiB budget
+
+
+@pytest.fixture(scope="module")
+def small_budget_server() -> Iterator[Server]:
+    """One worker of 40 connections whose memory budget (8 MiB) 18 uploads fill."""
+    running = start(
+        env={
+            "MEMORY_BUDGET_BYTES": str(8 * 1024 * 1024),
+            "COMPUTE_QUEUE_SECONDS": "2",
+            "GUNICORN_WORKER_CONNECTIONS": str(WORKER_CONNECTIONS),
+        },
+        workers=1,
+    )
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
+def softmax_body(size: int) -> bytes:
+    """A /v1/softmax body of exactly ``size`` bytes."""
+    numbers = b"0.125," * ((size - 20) // 6) + b"0.125]"
+    return b'{"logits": [' + numbers + b" " * (size - len(numbers) - 13) + b"}"
+
+
+def held_uploads(server: Server, count: int) -> list[socket.socket]:
+    """``count`` uploads of UPLOAD_BYTES, all but their last byte sent (their room held). Not JSON: once
+    finished they are answered 400 without computing, so they need no more memory than their bodies."""
+    uploads = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        sock.sendall(
+            b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n" % UPLOAD_BYTES + b"x" * (UPLOAD_BYTES - 1)
+        )
+        uploads.append(sock)
+    time.sleep(1.0)  # all read but the last byte
+    return uploads
+
+
+def finish(uploads: list[socket.socket]) -> list[bytes]:
+    """Send each upload's last byte; the first lines of their answers."""
+    answers = []
+    for upload in uploads:
+        upload.sendall(b"x")
+        answers.append(read_answer(upload)[0])
+        upload.close()
+    return answers
+
+
+def answer_and_close(sock: socket.socket) -> tuple[bytes, bytes]:
+    answer = read_answer(sock)
+    sock.close()
+    return answer
+
+
+def test_a_body_without_room_gets_its_503_before_any_100_continue(small_budget_server: Server) -> None:
+    """A client that sends Expect: 100-continue must not be told to send a body for which no room comes: it
+    was told to continue, and sent megabytes that lay unread in the kernel's buffers until its 503."""
+    uploads = held_uploads(small_budget_server, 18)
+    try:
+        first, rest = post_head(
+            small_budget_server, UPLOAD_BYTES, headers=b"Expect: 100-continue\r\n", sent=b""
+        )
+    finally:
+        assert finish(uploads) == [b"HTTP/1.1 400 BAD REQUEST"] * 18
+    assert first == b"HTTP/1.1 503 Service Unavailable", first + rest
+    assert b"100 Continue" not in rest
+    assert b"Connection: close" in rest
+    assert b"within COMPUTE_QUEUE_SECONDS (2 s)" in rest
+    assert b'"title": "Overloaded"' in rest  # as the app titles its own 503s
+
+
+def test_a_body_that_waits_for_room_is_told_to_continue_once_it_has_it(small_budget_server: Server) -> None:
+    uploads = held_uploads(small_budget_server, 18)
+    body = softmax_body(UPLOAD_BYTES)
+    try:
+        with socket.create_connection(("127.0.0.1", small_budget_server.port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Connection: close\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body)
+            )
+            sock.settimeout(0.3)
+            with pytest.raises(TimeoutError):  # no room yet: no 100 Continue
+                sock.recv(64)
+            assert finish([uploads.pop()]) == [b"HTTP/1.1 400 BAD REQUEST"]  # its room comes back
+            sock.settimeout(10)
+            assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue")
+            # (its computation needs the room the other uploads hold)
+            assert finish(uploads) == [b"HTTP/1.1 400 BAD REQUEST"] * 17
+            uploads.clear()
+            sock.sendall(body)
+            first, rest = read_answer(sock)
+    finally:
+        finish(uploads)
+    assert first == b"HTTP/1.1 200 OK", first + rest
+
+
+def test_a_crowd_waiting_for_room_is_closed_before_the_uploads_that_hold_it(
+    small_budget_server: Server,
+) -> None:
+    """20 heads whose bodies wait for room, beside 18 uploads held one byte short, on a worker of 40
+    connections (36 before it is crowded): the crowd's waits are ended first (they have sent only a head),
+    not the uploads' reads (the sweep cut 33 of 40 such uploads with a 408 while the heads kept their
+    connections). The worker is crowded only once the first 18 wait (the uploads' reads, stalled one byte
+    short, would be ended next: a connection whose head has not been read yet is no wait)."""
+    uploads = held_uploads(small_budget_server, 18)
+    crowd: list[socket.socket] = []
+    try:
+        for count in (18, 2):
+            for _ in range(count):
+                sock = socket.create_connection(("127.0.0.1", small_budget_server.port), timeout=10)
+                sock.sendall(
+                    b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % UPLOAD_BYTES
+                )
+                crowd.append(sock)
+            time.sleep(0.5)
+        time.sleep(0.7)  # the sweep has run since
+        assert httpx.get(small_budget_server.url("/livez"), timeout=5).status_code == 200
+        # Each closed as soon as it is answered: the server lingers on a connection until its client closes,
+        # and the crowd's connections left open would keep it crowded, and the sweep cutting uploads.
+        with concurrent.futures.ThreadPoolExecutor(len(crowd)) as readers:
+            ended = list(readers.map(answer_and_close, crowd))  # within the 2 s each may wait
+    finally:
+        for sock in crowd:
+            sock.close()
+        answers = finish(uploads)
+    assert answers == [b"HTTP/1.1 400 BAD REQUEST"] * 18
+    assert {first for first, _ in ended} == {b"HTTP/1.1 503 SERVICE UNAVAILABLE"}
+    assert any(b"too many connections open" in rest for _, rest in ended)  # the others waited out the 2 s
