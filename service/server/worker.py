@@ -12,10 +12,11 @@ worker. What it lacks, and this subclass adds through the worker's public method
 - **Chunked bodies counted on the wire.** What each connection receives is counted (:class:`ClientSocket`),
   for the app to refuse a chunked body whose framing outgrows its data (service/web/body.py).
 - **Room for new connections.** A worker holds at most ``worker_connections`` connections. When it holds more
-  than :data:`CROWDED_SHARE` of them, bodies waiting for room in the memory budget (503) and then the
-  connections that have waited longest for the client (idle keep-alives, clients that connect and send
-  nothing or trickle their headers, bodies that stall, such as a lying ``Content-Length``: those are
-  answered 408) are closed first, on each new connection and every
+  than :data:`CROWDED_SHARE` of them, connections are closed, the cheapest for their clients first
+  (:meth:`IdleConnections.close_longest_idle`): those waiting longest for a request head (idle keep-alives,
+  clients that connect and send nothing or trickle their headers), then bodies waiting for room in the
+  memory budget (503), then bodies that stall, such as a lying ``Content-Length`` (408), on each new
+  connection and every
   :data:`SWEEP_SECONDS`, so a crowd cannot keep the worker full for long and a probe or a real client
   always gets in.
 - **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
@@ -306,12 +307,22 @@ class IdleConnections:
         return len(heads)
 
     def close_longest_idle(self, count: int) -> int:
-        """End up to ``count`` waits: bodies waiting for room in the memory budget first, however young
-        (their clients have sent only a head: a crowd of them had the sweep cut 33 of 40 uploads held one
-        byte short), then the longest of those that lasted :data:`MIN_IDLE_SECONDS`; how many were ended."""
+        """End up to ``count`` waits, the cheapest for their clients first: waits for a request head (idle
+        keep-alives, silent or trickling clients: no request is lost) that lasted :data:`MIN_IDLE_SECONDS`,
+        the longest first; then bodies waiting for room in the memory budget, however young, the latest first
+        (the earliest is the nearest to its room; kept while held uploads were cut, a crowd of them had 33 of
+        40 uploads held one byte short answered 408); then body reads that stalled that long, the longest
+        first. How many were ended."""
         now = time.monotonic()
-        idle = [wait for wait in self.waiting if wait.for_room or now - wait.since >= MIN_IDLE_SECONDS]
-        chosen = sorted(idle, key=lambda wait: not wait.for_room)[:count]  # stable: the oldest first in each
+        heads: list[_Wait] = []
+        rooms: list[_Wait] = []
+        reads: list[_Wait] = []
+        for wait in self.waiting:  # the oldest first
+            if wait.for_room:
+                rooms.append(wait)
+            elif now - wait.since >= MIN_IDLE_SECONDS:
+                (heads if isinstance(wait, _HeadWait) else reads).append(wait)
+        chosen = [*heads, *reversed(rooms), *reads][:count]
         loop = gevent.get_hub().loop
         for wait in chosen:
             loop.run_callback(wait.end_now)
@@ -469,6 +480,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
         except StopIteration:
+            release_held_before_continue()  # now, not after the linger (up to 2 s)
             if take_close_request():
                 linger(sock)
             raise

@@ -1050,9 +1050,9 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
 @contextlib.contextmanager
 def _closable_while_waiting() -> Iterator[None]:
     """Around a body's wait for room in the budget: under the gevent worker, among the waits the server ends
-    when crowded, before any other (:func:`~service.web.connection.stall_watch`); then a 503, and the
-    connection closed. Not so, a crowd of heads waiting for room kept their connections while the server
-    cut the uploads that were being read to make room."""
+    when crowded, before body reads that stall (:func:`~service.web.connection.stall_watch`); then a 503,
+    and the connection closed. Not so, a crowd of heads waiting for room kept their connections while the
+    server cut the uploads that were being read to make room."""
     if not under_gevent():
         yield
         return

@@ -98,7 +98,7 @@ def stall_watch(timeout: BaseException, *, for_room: bool = False) -> AbstractCo
     """``with`` it around a read that waits for the client: the server may end the wait early, when it is
     crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it.
     ``for_room``: around a body's wait for room in the memory budget instead, which the server ends before
-    any other (the client has sent only a head, and loses nothing else)."""
+    body reads that stall (none of the body has been read)."""
     watch = _stall_watch.get()
     return watch(timeout, for_room=for_room) if watch is not None else contextlib.nullcontext()
 

@@ -629,3 +629,35 @@ def test_a_crowd_waiting_for_room_is_closed_before_the_uploads_that_hold_it(
     assert answers == [b"HTTP/1.1 400 BAD REQUEST"] * 18
     assert {first for first, _ in ended} == {b"HTTP/1.1 503 SERVICE UNAVAILABLE"}
     assert any(b"too many connections open" in rest for _, rest in ended)  # the others waited out the 2 s
+
+
+def test_a_crowded_worker_closes_idle_connections_before_bodies_waiting_for_room(
+    small_budget_server: Server,
+) -> None:
+    """Ten connections that sent nothing and ten heads waiting for room beside 18 held uploads: crowded, the
+    worker closes the silent ones first (no request is lost), and the heads wait out their 2 s. Ending the
+    waits for room first, every connection of a slowloris flood ended one real request."""
+    uploads = held_uploads(small_budget_server, 18)
+    silent: list[socket.socket] = []
+    heads: list[socket.socket] = []
+    try:
+        for _ in range(10):
+            silent.append(socket.create_connection(("127.0.0.1", small_budget_server.port), timeout=10))
+        time.sleep(0.6)  # past MIN_IDLE_SECONDS
+        for _ in range(10):
+            sock = socket.create_connection(("127.0.0.1", small_budget_server.port), timeout=10)
+            sock.sendall(
+                b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % UPLOAD_BYTES
+            )
+            heads.append(sock)
+        with concurrent.futures.ThreadPoolExecutor(len(heads)) as readers:
+            ended = list(readers.map(answer_and_close, heads))
+        closed = sum(sock.recv(1) == b"" for sock in silent[:2])  # the two oldest, over 36
+    finally:
+        for sock in silent:
+            sock.close()
+        answers = finish(uploads)
+    assert answers == [b"HTTP/1.1 400 BAD REQUEST"] * 18
+    assert closed == 2
+    assert all(b"within COMPUTE_QUEUE_SECONDS (2 s)" in rest for _, rest in ended), ended
