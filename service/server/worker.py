@@ -100,14 +100,24 @@ PACE_SECONDS = 0.02
 class _Wait:
     """``with`` it around a read that waits for the client; the worker can end it early by raising
     ``timeout`` in it. As such it stands for a body read (service/web/body.py), whose own deadline raised
-    early answers 408 and closes the connection."""
+    early answers 408 and closes the connection. Given ``end`` instead, it stands for a body waiting for room
+    in the memory budget (service/web/admission.py), which the worker ends by calling ``end()``: raised into
+    a wait on a condition variable, an exception broke the condition's locks ("Semaphore released too many
+    times", a 500)."""
 
-    def __init__(self, waits: IdleConnections, timeout: gevent.Timeout, *, for_room: bool = False) -> None:
+    def __init__(
+        self,
+        waits: IdleConnections,
+        timeout: gevent.Timeout,
+        *,
+        end: Callable[[], None] | None = None,
+    ) -> None:
         self._waits = waits
         self.timeout = timeout
+        self.end = end
         self.greenlet = gevent.getcurrent()
         self.since = 0.0
-        self.for_room = for_room  # a body waiting for room in the memory budget, not for its client
+        self.for_room = end is not None  # a body waiting for room in the memory budget, not for its client
 
     def __enter__(self) -> _Wait:
         self.since = time.monotonic()
@@ -123,7 +133,13 @@ class _Wait:
         return False
 
     def end_now(self) -> None:
-        """End the wait at once, as if its timeout had fired (from the event loop, while it still waits)."""
+        """End the wait at once, as if its timeout had fired, or by calling its ``end`` (from the event loop,
+        while it still waits)."""
+        if self.end is not None:
+            if self in self._waits.waiting:
+                self._waits.waiting.pop(self, None)
+                self.end()
+            return
         self.timeout.cancel()
         if self in self._waits.waiting:
             self._waits.waiting.pop(self, None)
@@ -292,9 +308,11 @@ class IdleConnections:
     ) -> _HeadWait:
         return _HeadWait(self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock)
 
-    def body_wait(self, timeout: BaseException, *, for_room: bool = False) -> _Wait:
+    def body_wait(self, timeout: BaseException | None, *, end: Callable[[], None] | None = None) -> _Wait:
+        if end is not None:
+            return _Wait(self, gevent.Timeout(), end=end)  # (a timeout never started nor raised)
         assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
-        return _Wait(self, timeout, for_room=for_room)
+        return _Wait(self, timeout)
 
     def end_kept_alive_waits(self) -> int:
         """End every wait for the next request on a connection kept alive (they close); how many were ended.

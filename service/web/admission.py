@@ -53,7 +53,7 @@ from flask.wrappers import Request
 
 from service.requests import Work
 from service.web.body import CountingInput, body_size, counting_input
-from service.web.connection import close_connection_after_answer, stall_watch, under_gevent
+from service.web.connection import close_connection_after_answer, room_watch, under_gevent
 from service.web.garbage import collection_paused
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.inference import Timeline, current_timeline
@@ -195,12 +195,12 @@ class Reservation:
         self,
         size: int,
         *,
-        while_waiting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+        closable: bool = False,
     ) -> None:
         """Reserve ``size`` bytes for the request's body, waiting for room as :meth:`Admission.hold_body`
         does (and raising its 503 when none comes)."""
         upload = size > SMALL_BODY_BYTES
-        self._admission.hold_body(size, upload=upload, while_waiting=while_waiting)
+        self._admission.hold_body(size, upload=upload, closable=closable)
         self.held_bytes += size
         if upload:
             self.upload_bytes += size
@@ -314,6 +314,7 @@ class _Waiter:
 class _BodyWaiter:
     size: int
     upload: bool
+    ended: bool = False  # by the server, crowded (see Admission.hold_body)
 
 
 class Admission:
@@ -355,13 +356,16 @@ class Admission:
         size: int,
         *,
         upload: bool,
-        while_waiting: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+        closable: bool = False,
     ) -> None:
         """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
         come first served, except that a body that does not fit lets those behind it that do go first, and a
         small body (``upload`` False) never waits behind a large one. A 503 ``overloaded`` (nothing held)
         when none came free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH`` bodies wait
-        already. ``while_waiting()`` is entered around the wait, if it must (see :func:`_admit_body`).
+        already. ``closable``: under the gevent worker the wait is among those the server ends when it is
+        crowded (:func:`~service.web.connection.room_watch`), before body reads that stall; then a 503 too.
+        (Not so, a crowd of heads waiting for room kept their connections while the server cut the uploads
+        being read to make room.)
 
         Refused at once, a body that found the budget held by a computation and the answer before it was
         refused although that memory came back within moments: four clients sending 9 MB multi-head
@@ -387,8 +391,16 @@ class Admission:
             self._bodies.append(waiter)
             deadline = time.monotonic() + limits.compute_queue_seconds
             try:
-                with while_waiting():
+                end = functools.partial(self._end_body_wait_soon, waiter)
+                with room_watch(end) if closable else contextlib.nullcontext():
                     while True:
+                        if waiter.ended:
+                            raise overloaded(
+                                "This worker has too many connections open, and this request's body was "
+                                "still waiting for room in its memory budget (MEMORY_BUDGET_BYTES): the wait "
+                                "was ended to make room; try again shortly.",
+                                1.0,
+                            )
                         if self._body_turn_of(waiter):
                             if self._try_hold_locked(size, upload=upload):
                                 return
@@ -402,6 +414,15 @@ class Admission:
             finally:
                 self._bodies.remove(waiter)
                 self._wake_waiters()
+
+    def _end_body_wait_soon(self, waiter: _BodyWaiter) -> None:
+        """From the server's event loop (which must not wait for the lock): end ``waiter``'s wait."""
+        gevent.spawn(self._end_body_wait, waiter)
+
+    def _end_body_wait(self, waiter: _BodyWaiter) -> None:
+        with self._changed:
+            waiter.ended = True
+            self._changed.notify_all()
 
     def _body_turn_of(self, waiter: _BodyWaiter) -> bool:
         """With the lock held: whether ``waiter`` may take its room now. Not while a large body waiting ahead
@@ -764,7 +785,7 @@ def hold_before_continue(admission: Admission, content_length: int | None) -> No
     if refusal is not None:
         raise refusal
     held = Reservation(admission)
-    held.take_body(body_reservation(admission.limits, content_length), while_waiting=_closable_while_waiting)
+    held.take_body(body_reservation(admission.limits, content_length), closable=True)
     _held_before_continue.set(held)
 
 
@@ -1035,7 +1056,7 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         if refusal is not None:
             raise refusal
         if held is None:
-            reservation.take_body(size, while_waiting=_closable_while_waiting)
+            reservation.take_body(size, closable=True)
     except Problem:
         close_connection_after_answer()
         raise
@@ -1045,29 +1066,6 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         counted.set_deadline(
             size, grace_seconds=limits.body_timeout_seconds, bytes_per_second=limits.body_min_bytes_per_second
         )
-
-
-@contextlib.contextmanager
-def _closable_while_waiting() -> Iterator[None]:
-    """Around a body's wait for room in the budget: under the gevent worker, among the waits the server ends
-    when crowded, before body reads that stall (:func:`~service.web.connection.stall_watch`); then a 503,
-    and the connection closed. Not so, a crowd of heads waiting for room kept their connections while the
-    server cut the uploads that were being read to make room."""
-    if not under_gevent():
-        yield
-        return
-    crowded = gevent.Timeout()  # never started: only the server raises it, when it ends the wait
-    try:
-        with stall_watch(crowded, for_room=True):
-            yield
-    except gevent.Timeout as fired:
-        if fired is not crowded:
-            raise
-        raise overloaded(
-            "This worker has too many connections open, and this request's body was still waiting for room "
-            "in its memory budget (MEMORY_BUDGET_BYTES): the wait was ended to make room; try again shortly.",
-            1.0,
-        ) from None
 
 
 def _is_chunked(environ: dict[str, Any]) -> bool:

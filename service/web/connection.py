@@ -29,11 +29,13 @@ _close_after_answer: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _closer: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("closer", default=None)
 
 
-# Set by the server around each request: how a body read that waits for the client, or a body that waits for
-# room in the memory budget (``for_room``), is put among the waits the server may end early when it needs room
-# for other connections.
+# Set by the server around each request: how a body read that waits for the client (ended by raising its
+# ``timeout``), or a body that waits for room in the memory budget (ended by calling ``end``), is put among
+# the waits the server may end early when it needs room for other connections.
 class StallWatch(Protocol):
-    def __call__(self, timeout: BaseException, *, for_room: bool = False) -> AbstractContextManager[Any]: ...
+    def __call__(
+        self, timeout: BaseException | None, *, end: Callable[[], None] | None = None
+    ) -> AbstractContextManager[Any]: ...
 
 
 _stall_watch: contextvars.ContextVar[StallWatch | None] = contextvars.ContextVar("stall_watch", default=None)
@@ -94,13 +96,20 @@ def on_stall_watch(watch: StallWatch | None) -> None:
     _stall_watch.set(watch)
 
 
-def stall_watch(timeout: BaseException, *, for_room: bool = False) -> AbstractContextManager[Any]:
+def stall_watch(timeout: BaseException) -> AbstractContextManager[Any]:
     """``with`` it around a read that waits for the client: the server may end the wait early, when it is
-    crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it.
-    ``for_room``: around a body's wait for room in the memory budget instead, which the server ends before
-    body reads that stall (none of the body has been read)."""
+    crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it."""
     watch = _stall_watch.get()
-    return watch(timeout, for_room=for_room) if watch is not None else contextlib.nullcontext()
+    return watch(timeout) if watch is not None else contextlib.nullcontext()
+
+
+def room_watch(end: Callable[[], None]) -> AbstractContextManager[Any]:
+    """``with`` it around a body's wait for room in the memory budget: the server may end it, when it is
+    crowded, before body reads that stall (none of the body has been read), by calling ``end()`` from its
+    event loop; the wait must then end itself (an exception raised into a wait on a condition variable would
+    break the condition's locks)."""
+    watch = _stall_watch.get()
+    return watch(None, end=end) if watch is not None else contextlib.nullcontext()
 
 
 def on_bytes_received(counter: Callable[[], int] | None) -> None:
