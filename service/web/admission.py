@@ -35,7 +35,6 @@ accounting runs and the kernel runs inline.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import itertools
@@ -186,21 +185,18 @@ class Reservation:
         upload = upload and size > SMALL_BODY_BYTES
         if not self._admission.try_hold(size, upload=upload, computation=large):
             return False
-        self.held_bytes += size
-        if upload:
-            self.upload_bytes += size
+        self._count(size, upload=upload)
         return True
 
-    def take_body(
-        self,
-        size: int,
-        *,
-        closable: bool = False,
-    ) -> None:
+    def take_body(self, size: int) -> None:
         """Reserve ``size`` bytes for the request's body, waiting for room as :meth:`Admission.hold_body`
         does (and raising its 503 when none comes)."""
         upload = size > SMALL_BODY_BYTES
-        self._admission.hold_body(size, upload=upload, closable=closable)
+        self._admission.hold_body(size, upload=upload)
+        self._count(size, upload=upload)
+
+    def _count(self, size: int, *, upload: bool) -> None:
+        """Note ``size`` bytes held of the budget (and of uploads' share, for an ``upload``)."""
         self.held_bytes += size
         if upload:
             self.upload_bytes += size
@@ -351,18 +347,12 @@ class Admission:
         with self._lock:
             return self._try_hold_locked(size, upload=upload, computation=computation)
 
-    def hold_body(
-        self,
-        size: int,
-        *,
-        upload: bool,
-        closable: bool = False,
-    ) -> None:
+    def hold_body(self, size: int, *, upload: bool) -> None:
         """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
         come first served, except that a body that does not fit lets those behind it that do go first, and a
         small body (``upload`` False) never waits behind a large one. A 503 ``overloaded`` (nothing held)
         when none came free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH`` bodies wait
-        already. ``closable``: under the gevent worker the wait is among those the server ends when it is
+        already. Under the gevent worker the wait is among those the server ends when it is
         crowded (:func:`~service.web.connection.room_watch`), before body reads that stall; then a 503 too.
         (Not so, a crowd of heads waiting for room kept their connections while the server cut the uploads
         being read to make room.)
@@ -392,7 +382,7 @@ class Admission:
             deadline = time.monotonic() + limits.compute_queue_seconds
             try:
                 end = functools.partial(self._end_body_wait_soon, waiter)
-                with room_watch(end) if closable else contextlib.nullcontext():
+                with room_watch(end):  # (a no-op outside a server that watches waits)
                     while True:
                         if waiter.ended:
                             raise overloaded(
@@ -785,7 +775,7 @@ def hold_before_continue(admission: Admission, content_length: int | None) -> No
     if refusal is not None:
         raise refusal
     held = Reservation(admission)
-    held.take_body(body_reservation(admission.limits, content_length), closable=True)
+    held.take_body(body_reservation(admission.limits, content_length))
     _held_before_continue.set(held)
 
 
@@ -1056,7 +1046,7 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         if refusal is not None:
             raise refusal
         if held is None:
-            reservation.take_body(size, closable=True)
+            reservation.take_body(size)
     except Problem:
         close_connection_after_answer()
         raise

@@ -55,7 +55,7 @@ STRESS = textwrap.dedent(
         for _ in range(100):
             reservation = Reservation(admission)
             try:
-                reservation.take_body(random.choice([2, 4, 6]) * MIB, closable=True)
+                reservation.take_body(random.choice([2, 4, 6]) * MIB)
                 held += 1
                 gevent.sleep(random.random() * 0.002)
             except Problem:
