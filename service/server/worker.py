@@ -19,6 +19,9 @@ worker. What it lacks, and this subclass adds through the worker's public method
   connection and every
   :data:`SWEEP_SECONDS`, so a crowd cannot keep the worker full for long and a probe or a real client
   always gets in.
+- **No place kept for a client that left.** Every :data:`SWEEP_SECONDS` the bodies waiting for room in the
+  memory budget are looked at, and the wait of one whose client has left (:meth:`ClientSocket.client_left`)
+  is ended, its place in the queue of bodies free again.
 - **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
   before the app runs; an upload the app would refuse from its headers (413, or 503 when no room comes for
   it in the worker's memory budget in time) is answered here instead, and its connection closed; one that
@@ -43,6 +46,8 @@ import contextlib
 import errno
 import fcntl
 import functools
+import operator
+import select
 import socket
 import struct
 import termios
@@ -53,6 +58,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gevent
+import gevent.monkey
 from flask import Flask
 from gevent import Greenlet
 from gevent.server import StreamServer
@@ -65,7 +71,13 @@ from service.web.admission import (
     hold_before_continue,
     release_held_before_continue,
 )
-from service.web.connection import on_bytes_received, on_close_request, on_stall_watch, take_close_request
+from service.web.connection import (
+    WaitEnd,
+    on_bytes_received,
+    on_close_request,
+    on_stall_watch,
+    take_close_request,
+)
 from service.web.inference import count_server_answer
 from service.web.problems import Problem
 from service.web.statuses import status_phrase
@@ -110,7 +122,7 @@ class _Wait:
         waits: IdleConnections,
         timeout: gevent.Timeout,
         *,
-        end: Callable[[], None] | None = None,
+        end: Callable[[WaitEnd], None] | None = None,
     ) -> None:
         self._waits = waits
         self.timeout = timeout
@@ -132,13 +144,13 @@ class _Wait:
         """Whether the wait's end is swallowed here: no, a body read's own deadline handler answers it."""
         return False
 
-    def end_now(self) -> None:
-        """End the wait at once, as if its timeout had fired, or by calling its ``end`` (from the event loop,
-        while it still waits)."""
+    def end_now(self, why: WaitEnd = WaitEnd.CROWDED) -> None:
+        """End the wait at once, as if its timeout had fired, or by calling its ``end`` with ``why`` (from the
+        event loop, while it still waits)."""
         if self.end is not None:
             if self in self._waits.waiting:
                 self._waits.waiting.pop(self, None)
-                self.end()
+                self.end(why)
             return
         self.timeout.cancel()
         if self in self._waits.waiting:
@@ -204,6 +216,7 @@ class ClientSocket:
     def __init__(self, sock: Any, *, answer_timeout: float | None, on_stalled: Callable[[], None]) -> None:
         self.sock = sock
         self.bytes_received = 0
+        self.request: Any = None  # gunicorn's message of the request being served (or the last one)
         self.head_wait: _HeadWait | None = None  # a kept-alive connection's wait for its next head, if any
         self._answer_timeout = answer_timeout
         self._on_stalled = on_stalled
@@ -256,6 +269,26 @@ class ClientSocket:
         stalled = f"the client took none of its answer for {seconds:g} s"
         raise BrokenPipeError(errno.EPIPE, stalled) from None
 
+    def client_left(self) -> bool:
+        """Whether the client has given up on the request being served, whose body is not read yet: it reset
+        the connection, or closed its side of it having sent fewer bytes than the body declares (a chunked
+        body's end is unknown: only a reset counts for it). Whatever a client sends before it closes comes
+        before the close, so all of it is here by then, read or in the kernel's buffer: one that shuts down
+        its side once its whole body is sent, and waits for the answer, has not left."""
+        events = _hangups(self.sock)
+        if events & (select.POLLHUP | select.POLLERR):
+            return True
+        declared = None if self.request is None else _declared_length(self.request.headers)
+        if not events & _POLLRDHUP or declared is None:
+            return False
+        try:
+            answer = fcntl.ioctl(self.sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except (OSError, ValueError, AttributeError):
+            return False
+        unread: int = struct.unpack("i", answer)[0]
+        # At most bytes_received of it has been read (heads and earlier requests' bytes included).
+        return declared > self.bytes_received + unread
+
     def _queued(self) -> int | None:
         """Bytes of answers in the kernel's queue for this connection, sent or not but not yet acknowledged
         by the client (SIOCOUTQ); None where the kernel does not say."""
@@ -268,6 +301,33 @@ class ClientSocket:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sock, name)  # everything else is the socket's own
+
+
+# The kernel's poll(), not gevent's (which waits cooperatively and knows no POLLRDHUP): asked with a zero
+# timeout, it only looks.
+_POLL = gevent.monkey.get_original("select", "poll")
+_POLLRDHUP = getattr(select, "POLLRDHUP", 0)  # Linux's "the peer closed its side"; elsewhere only resets
+
+
+def _hangups(sock: Any) -> int:
+    """The poll events that say ``sock``'s peer closed its side (POLLRDHUP) or reset it (POLLHUP, POLLERR)."""
+    poller = _POLL()
+    try:
+        poller.register(sock.fileno(), _POLLRDHUP)  # POLLHUP and POLLERR are reported whatever is asked
+        return functools.reduce(operator.or_, (events for _, events in poller.poll(0)), 0)
+    except (OSError, ValueError, AttributeError):  # closed meanwhile, or not a socket with a descriptor
+        return 0
+
+
+def _declared_length(headers: list[tuple[str, str]]) -> int | None:
+    """A head's ``Content-Length`` as a count of bytes; None when it has none that is one, or is chunked."""
+    length = None
+    for name, value in headers:
+        if name == "TRANSFER-ENCODING" and "chunked" in value.lower():
+            return None
+        if name == "CONTENT-LENGTH":
+            length = value
+    return int(length) if length is not None and length.isascii() and length.isdigit() else None
 
 
 def linger(sock: socket.socket) -> None:
@@ -308,7 +368,9 @@ class IdleConnections:
     ) -> _HeadWait:
         return _HeadWait(self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock)
 
-    def body_wait(self, timeout: BaseException | None, *, end: Callable[[], None] | None = None) -> _Wait:
+    def body_wait(
+        self, timeout: BaseException | None, *, end: Callable[[WaitEnd], None] | None = None
+    ) -> _Wait:
         if end is not None:
             return _Wait(self, gevent.Timeout(), end=end)  # (a timeout never started nor raised)
         assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
@@ -345,6 +407,16 @@ class IdleConnections:
         for wait in chosen:
             loop.run_callback(wait.end_now)
         return len(chosen)
+
+    def end_waits_for_room_of_clients_gone(self, gone: Callable[[Greenlet], bool]) -> int:
+        """End the waits for room of the connections whose client has left (``gone(greenlet)``, asked of
+        each waiting connection's greenlet); how many. Each kept its place in the queue of bodies until its
+        ``COMPUTE_QUEUE_SECONDS`` ran out, and a few such ghosts filled the queue for a real body."""
+        left = [wait for wait in self.waiting if wait.for_room and gone(wait.greenlet)]
+        loop = gevent.get_hub().loop
+        for wait in left:
+            loop.run_callback(wait.end_now, WaitEnd.CLIENT_LEFT)
+        return len(left)
 
 
 def accepts_per_wakeup(loop_lag_seconds: float) -> int:
@@ -445,6 +517,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             over = self.open_connections - self.crowded_above
             if over > 0:
                 self.idle.close_longest_idle(over)
+            self.idle.end_waits_for_room_of_clients_gone(self._client_left)
         # Stopping (SIGTERM, or recycled after GUNICORN_MAX_REQUESTS): gunicorn waits for every connection
         # before the worker exits, and one kept alive between requests would wait GUNICORN_KEEPALIVE (75 s)
         # for a head that may never come, so the stop took the whole GUNICORN_GRACEFUL_TIMEOUT (20 s) and a
@@ -470,7 +543,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
         started = time.perf_counter()
-        self.served.add(gevent.getcurrent())
+        current = gevent.getcurrent()
+        self.served.add(current)
+        client = self.client_sockets.get(current)
+        if client is not None:
+            client.request = req  # for _keep_room, while its body waits for room
         if self.close_after_each_answer:
             req.must_close = True  # the answer says "Connection: close", and gunicorn closes after it
         refusal = self._refusal_before_continue(req)
@@ -517,6 +594,10 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # Other connections that are ready go first, then this one reads its next request.
         gevent.sleep(0)
         return handled
+
+    def _client_left(self, connection: Greenlet) -> bool:
+        client = self.client_sockets.get(connection)
+        return client is not None and client.client_left()
 
     def _log_stalled_reader(self, addr: Any, seconds: float | None) -> None:
         self.log.warning(

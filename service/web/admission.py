@@ -51,8 +51,8 @@ from flask import Flask, Response
 from flask.wrappers import Request
 
 from service.requests import Work
-from service.web.body import CountingInput, body_size, counting_input
-from service.web.connection import close_connection_after_answer, room_watch, under_gevent
+from service.web.body import CountingInput, body_size, counting_input, malformed_body
+from service.web.connection import WaitEnd, close_connection_after_answer, room_watch, under_gevent
 from service.web.garbage import collection_paused
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.inference import Timeline, current_timeline
@@ -310,7 +310,7 @@ class _Waiter:
 class _BodyWaiter:
     size: int
     upload: bool
-    ended: bool = False  # by the server, crowded (see Admission.hold_body)
+    ended: WaitEnd | None = None  # by the server, and why (see Admission.hold_body)
 
 
 class Admission:
@@ -355,7 +355,10 @@ class Admission:
         already. Under the gevent worker the wait is among those the server ends when it is
         crowded (:func:`~service.web.connection.room_watch`), before body reads that stall; then a 503 too.
         (Not so, a crowd of heads waiting for room kept their connections while the server cut the uploads
-        being read to make room.)
+        being read to make room.) The server also ends the wait of a client that has left (closed its side
+        before sending the body, or reset the connection): a 400, as for a body that ends early, and its
+        place in the queue is free again (it kept it for the whole wait, and such ghosts kept a real body out
+        with a 503 for a full queue).
 
         Refused at once, a body that found the budget held by a computation and the answer before it was
         refused although that memory came back within moments: four clients sending 9 MB multi-head
@@ -384,7 +387,13 @@ class Admission:
                 end = functools.partial(self._end_body_wait_soon, waiter)
                 with room_watch(end):  # (a no-op outside a server that watches waits)
                     while True:
-                        if waiter.ended:
+                        if waiter.ended is WaitEnd.CLIENT_LEFT:
+                            raise malformed_body(
+                                "Content-Length",
+                                "the client closed its connection before sending the body, which was waiting "
+                                "for room in the memory budget.",
+                            )
+                        if waiter.ended is WaitEnd.CROWDED:
                             raise overloaded(
                                 "This worker has too many connections open, and this request's body was "
                                 "still waiting for room in its memory budget (MEMORY_BUDGET_BYTES): the wait "
@@ -405,13 +414,13 @@ class Admission:
                 self._bodies.remove(waiter)
                 self._wake_waiters()
 
-    def _end_body_wait_soon(self, waiter: _BodyWaiter) -> None:
+    def _end_body_wait_soon(self, waiter: _BodyWaiter, why: WaitEnd) -> None:
         """From the server's event loop (which must not wait for the lock): end ``waiter``'s wait."""
-        gevent.spawn(self._end_body_wait, waiter)
+        gevent.spawn(self._end_body_wait, waiter, why)
 
-    def _end_body_wait(self, waiter: _BodyWaiter) -> None:
+    def _end_body_wait(self, waiter: _BodyWaiter, why: WaitEnd) -> None:
         with self._changed:
-            waiter.ended = True
+            waiter.ended = why
             self._changed.notify_all()
 
     def _body_turn_of(self, waiter: _BodyWaiter) -> bool:

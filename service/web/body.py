@@ -144,7 +144,7 @@ class CountingInput:
         8 makes such a message incomplete, even when its bytes parse (a JSON document followed by nothing)."""
         declared = self._declared_length
         if declared is not None and self.bytes_read < declared:
-            raise _malformed(
+            raise malformed_body(
                 "Content-Length",
                 f"the body ended after {self.bytes_read:,} of the {declared:,} bytes it declared.",
             )
@@ -177,7 +177,7 @@ class CountingInput:
             return
         allowed = FRAMING_ALLOWANCE_BYTES + (1 + FRAMING_SHARE) * self.bytes_read
         if received - start > allowed:
-            raise _malformed(  # the rest of the body is never read
+            raise malformed_body(  # the rest of the body is never read
                 "Transfer-Encoding",
                 f"{received - start:,} bytes arrived for {self.bytes_read:,} bytes of body: its chunks are "
                 "too small (framing over a tenth of the data); send chunks of at least a few hundred bytes.",
@@ -202,7 +202,7 @@ class CountingInput:
             # The connection ended mid-body (gunicorn's NoMoreData for a chunked body without its last chunk;
             # a reset, whose answer is then lost anyway).
             header = "Transfer-Encoding" if self._chunked else "Content-Length"
-            raise _malformed(header, "the connection ended before the body did.") from None
+            raise malformed_body(header, "the connection ended before the body did.") from None
         except (ValueError, BodyTooSlow):
             raise  # the 408; a ValueError is a closed stream (the request is over)
         except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
@@ -220,9 +220,9 @@ class CountingInput:
         return line
 
 
-def _malformed(header: str, message: str) -> Problem:
-    """The 400 for a body whose framing fails (it ended early, its chunks are too small), naming the header
-    that framed it; its connection is closed rather than read on."""
+def malformed_body(header: str, message: str) -> Problem:
+    """The 400 for a body whose framing fails (it ended early, its chunks are too small, its client left
+    before sending it), naming the header that framed it; its connection is closed rather than read on."""
     close_connection_after_answer()
     return header_problem(400, header, message, slug="malformed-body", title="Malformed body")
 

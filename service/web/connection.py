@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import enum
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
@@ -29,12 +30,20 @@ _close_after_answer: contextvars.ContextVar[bool] = contextvars.ContextVar(
 _closer: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar("closer", default=None)
 
 
+class WaitEnd(enum.Enum):
+    """Why the server ended a body's wait for room in the memory budget."""
+
+    CROWDED = "crowded"  # it needs the connection for others
+    CLIENT_LEFT = "client left"  # the client closed (or reset) its connection before sending the body
+
+
 # Set by the server around each request: how a body read that waits for the client (ended by raising its
 # ``timeout``), or a body that waits for room in the memory budget (ended by calling ``end``), is put among
-# the waits the server may end early when it needs room for other connections.
+# the waits the server may end early when it needs room for other connections (or, for a wait for room, when
+# its client has left).
 class StallWatch(Protocol):
     def __call__(
-        self, timeout: BaseException | None, *, end: Callable[[], None] | None = None
+        self, timeout: BaseException | None, *, end: Callable[[WaitEnd], None] | None = None
     ) -> AbstractContextManager[Any]: ...
 
 
@@ -103,11 +112,11 @@ def stall_watch(timeout: BaseException) -> AbstractContextManager[Any]:
     return watch(timeout) if watch is not None else contextlib.nullcontext()
 
 
-def room_watch(end: Callable[[], None]) -> AbstractContextManager[Any]:
-    """``with`` it around a body's wait for room in the memory budget: the server may end it, when it is
-    crowded, before body reads that stall (none of the body has been read), by calling ``end()`` from its
-    event loop; the wait must then end itself (an exception raised into a wait on a condition variable would
-    break the condition's locks)."""
+def room_watch(end: Callable[[WaitEnd], None]) -> AbstractContextManager[Any]:
+    """``with`` it around a body's wait for room in the memory budget: the server may end it by calling
+    ``end(why)`` from its event loop, when it is crowded (before body reads that stall: none of the body has
+    been read) or when the client has left; the wait must then end itself (an exception raised into a wait on
+    a condition variable would break the condition's locks)."""
     watch = _stall_watch.get()
     return watch(None, end=end) if watch is not None else contextlib.nullcontext()
 

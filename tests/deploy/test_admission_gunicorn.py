@@ -661,3 +661,48 @@ def test_a_crowded_worker_closes_idle_connections_before_bodies_waiting_for_room
     assert answers == [b"HTTP/1.1 400 BAD REQUEST"] * 18
     assert closed == 2
     assert all(b"within COMPUTE_QUEUE_SECONDS (2 s)" in rest for _, rest in ended), ended
+
+
+def test_clients_that_left_while_their_bodies_waited_for_room_give_their_places_back() -> None:
+    """Four clients send the head of a body that must wait for room (two with Expect: 100-continue, whose
+    room the worker waits for before the app runs) and close: their places in the queue of bodies
+    (COMPUTE_QUEUE_LENGTH = 4 here) come free at the worker's next sweep, not at the end of their 10 s, so a
+    real upload behind them waits for room instead of a 503 for a full queue, and is answered once it has
+    it. (They kept their places: the upload was refused at once.)"""
+    env = {
+        "MEMORY_BUDGET_BYTES": str(8 * 1024 * 1024),
+        "COMPUTE_QUEUE_LENGTH": "4",
+        "COMPUTE_QUEUE_SECONDS": "10",
+    }
+    with serving(env=env, workers=1) as server:
+        uploads = held_uploads(server, 18)
+        body = softmax_body(UPLOAD_BYTES)
+        head = (
+            b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\n%bContent-Length: %d\r\n\r\n"
+        )
+        try:
+            for expect in (b"", b"", b"Expect: 100-continue\r\n", b"Expect: 100-continue\r\n"):
+                with socket.create_connection(("127.0.0.1", server.port), timeout=10) as ghost:
+                    ghost.sendall(head % (expect, len(body)))
+                    time.sleep(0.2)  # its wait for room has begun
+            time.sleep(1.2)  # two sweeps
+            with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+                sock.sendall(head % (b"Expect: 100-continue\r\n", len(body)))
+                sock.settimeout(0.5)
+                with pytest.raises(TimeoutError):  # waiting for room, not refused for a full queue
+                    sock.recv(256)
+                assert finish(uploads) == [b"HTTP/1.1 400 BAD REQUEST"] * 18
+                uploads.clear()
+                sock.settimeout(10)
+                assert sock.recv(64).startswith(b"HTTP/1.1 100 Continue")
+                sock.sendall(body)
+                first, rest = read_answer(sock)
+        finally:
+            finish(uploads)
+        log = server.log(lines=400)
+    assert first == b"HTTP/1.1 200 OK", first + rest
+    # The ghosts' waits ended as bodies that ended early (a 400), not as overload (a 503, which would tell
+    # an operator the service is short of capacity).
+    ghosts = [line for line in log.splitlines() if '"status":400' in line and '"request_bytes":0,' in line]
+    assert len(ghosts) == 4, log

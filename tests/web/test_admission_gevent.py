@@ -19,7 +19,7 @@ STRESS = textwrap.dedent(
     import gevent
 
     from service.web.admission import Admission, AdmissionLimits, Reservation
-    from service.web.connection import on_stall_watch
+    from service.web.connection import WaitEnd, on_stall_watch
     from service.web.problems import Problem
 
     MIB = 1 << 20
@@ -69,7 +69,7 @@ STRESS = textwrap.dedent(
         loop = gevent.get_hub().loop
         for _ in range(1000):  # ends two waits a millisecond, from the loop, as the worker's sweep does
             for end in random.sample(ends, min(2, len(ends))):
-                loop.run_callback(end)
+                loop.run_callback(end, random.choice(list(WaitEnd)))
             gevent.sleep(0.001)
 
     greenlets = [gevent.spawn(client) for _ in range(40)] + [gevent.spawn(crowded_server)]
