@@ -91,7 +91,9 @@ def write_problem(
     path: str | None = None,
     title: str | None = None,
 ) -> None:
-    """Write a problem answer on ``sock`` (which the caller then closes) and log it."""
+    """Write a problem answer on ``sock`` (which the caller then closes) and log it; logged too when the
+    client has gone (reset its connection), as the app logs an answer it could not deliver."""
     answer, request_id = problem_bytes(status, reason, detail, slug=slug, headers=headers, title=title)
-    sock.sendall(answer)
+    with contextlib.suppress(OSError):
+        sock.sendall(answer)
     log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id, method=method, path=path)

@@ -188,11 +188,11 @@ class Reservation:
         self._count(size, upload=upload)
         return True
 
-    def take_body(self, size: int) -> None:
-        """Reserve ``size`` bytes for the request's body, waiting for room as :meth:`Admission.hold_body`
-        does (and raising its 503 when none comes)."""
+    def take_body(self, size: int, *, framing: str = "Content-Length") -> None:
+        """Reserve ``size`` bytes for the request's body (framed by its ``framing`` header), waiting for room
+        as :meth:`Admission.hold_body` does (and raising its 503 when none comes)."""
         upload = size > SMALL_BODY_BYTES
-        self._admission.hold_body(size, upload=upload)
+        self._admission.hold_body(size, upload=upload, framing=framing)
         self._count(size, upload=upload)
 
     def _count(self, size: int, *, upload: bool) -> None:
@@ -347,7 +347,7 @@ class Admission:
         with self._lock:
             return self._try_hold_locked(size, upload=upload, computation=computation)
 
-    def hold_body(self, size: int, *, upload: bool) -> None:
+    def hold_body(self, size: int, *, upload: bool, framing: str = "Content-Length") -> None:
         """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
         come first served, except that a body that does not fit lets those behind it that do go first, and a
         small body (``upload`` False) never waits behind a large one. A 503 ``overloaded`` (nothing held)
@@ -356,9 +356,9 @@ class Admission:
         crowded (:func:`~service.web.connection.room_watch`), before body reads that stall; then a 503 too.
         (Not so, a crowd of heads waiting for room kept their connections while the server cut the uploads
         being read to make room.) The server also ends the wait of a client that has left (closed its side
-        before sending the body, or reset the connection): a 400, as for a body that ends early, and its
-        place in the queue is free again (it kept it for the whole wait, and such ghosts kept a real body out
-        with a 503 for a full queue).
+        before sending the body, or reset the connection): a 400 naming the body's ``framing`` header, as for
+        a body that ends early, and its place in the queue is free again (it kept it for the whole wait, and
+        such ghosts kept a real body out with a 503 for a full queue).
 
         Refused at once, a body that found the budget held by a computation and the answer before it was
         refused although that memory came back within moments: four clients sending 9 MB multi-head
@@ -389,7 +389,7 @@ class Admission:
                     while True:
                         if waiter.ended is WaitEnd.CLIENT_LEFT:
                             raise malformed_body(
-                                "Content-Length",
+                                framing,
                                 "the client closed its connection before sending the body, which was waiting "
                                 "for room in the memory budget.",
                             )
@@ -784,7 +784,7 @@ def hold_before_continue(admission: Admission, content_length: int | None) -> No
     if refusal is not None:
         raise refusal
     held = Reservation(admission)
-    held.take_body(body_reservation(admission.limits, content_length))
+    held.take_body(body_reservation(admission.limits, content_length), framing=_framing(content_length))
     _held_before_continue.set(held)
 
 
@@ -1055,7 +1055,7 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         if refusal is not None:
             raise refusal
         if held is None:
-            reservation.take_body(size)
+            reservation.take_body(size, framing=_framing(length))
     except Problem:
         close_connection_after_answer()
         raise
@@ -1065,6 +1065,11 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         counted.set_deadline(
             size, grace_seconds=limits.body_timeout_seconds, bytes_per_second=limits.body_min_bytes_per_second
         )
+
+
+def _framing(content_length: int | None) -> str:
+    """The header that frames a body: its Content-Length, or (none) Transfer-Encoding: chunked."""
+    return "Content-Length" if content_length is not None else "Transfer-Encoding"
 
 
 def _is_chunked(environ: dict[str, Any]) -> bool:

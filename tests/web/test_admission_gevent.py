@@ -47,10 +47,10 @@ STRESS = textwrap.dedent(
         finally:
             ends.remove(end)
 
-    errors, refused, held = [], 0, 0
+    errors, refused, held = [], set(), 0
 
     def client():
-        global refused, held
+        global held
         on_stall_watch(watch)
         for _ in range(100):
             reservation = Reservation(admission)
@@ -58,8 +58,8 @@ STRESS = textwrap.dedent(
                 reservation.take_body(random.choice([2, 4, 6]) * MIB)
                 held += 1
                 gevent.sleep(random.random() * 0.002)
-            except Problem:
-                refused += 1
+            except Problem as refusal:
+                refused.add(refusal.status)
             except Exception as error:
                 errors.append(repr(error))
             finally:
@@ -74,17 +74,97 @@ STRESS = textwrap.dedent(
 
     greenlets = [gevent.spawn(client) for _ in range(40)] + [gevent.spawn(crowded_server)]
     gevent.joinall(greenlets, timeout=60)
-    print(errors[:3], refused > 0, held > 0, admission.held_bytes, admission.bodies_waiting)
+    print(errors[:3], sorted(refused), held > 0, admission.held_bytes, admission.bodies_waiting)
     """
 )
 
 
-def test_waits_for_room_ended_by_a_crowded_server_are_503s_and_hold_nothing() -> None:
+def test_waits_for_room_ended_by_the_server_are_refusals_that_hold_nothing() -> None:
     """Forty clients take and give back bodies of 2-6 MiB (a 48 MiB share: many wait) while the server ends
-    two waits a millisecond. The first version raised a timeout into the waiting greenlet, inside its wait on
-    the admission's condition variable, which broke the condition's locks ("Semaphore released too many
-    times": a 500 in CI). Every refusal must be a 503, and nothing may stay held or waiting."""
+    two waits a millisecond (crowded, or their client gone). The first version raised a timeout into the
+    waiting greenlet, inside its wait on the admission's condition variable, which broke the condition's
+    locks ("Semaphore released too many times": a 500 in CI). Every refusal must be a 503 (crowded, or no
+    room in time) or a 400 (the client gone), and nothing may stay held or waiting."""
     done = subprocess.run(
         [sys.executable, "-c", STRESS], capture_output=True, text=True, timeout=120, check=True
     )
-    assert done.stdout.strip() == "[] True True 0 0", done.stdout + done.stderr
+    assert done.stdout.strip() == "[] [400, 503] True 0 0", done.stdout + done.stderr
+
+
+ENDED = textwrap.dedent(
+    """
+    from gevent import monkey
+
+    monkey.patch_all()
+
+    import contextlib
+
+    import gevent
+
+    from service.web.admission import Admission, AdmissionLimits, Reservation
+    from service.web.connection import WaitEnd, on_stall_watch
+    from service.web.problems import Problem
+
+    MIB = 1 << 20
+    admission = Admission(
+        AdmissionLimits(
+            memory_budget_bytes=16 * MIB,
+            max_body_bytes=8 * MIB,
+            compute_slots=1,
+            compute_queue_length=8,
+            compute_queue_seconds=10,
+            compute_deadline_seconds=20,
+            body_timeout_seconds=10,
+            body_min_bytes_per_second=1024,
+            header_timeout_seconds=10,
+        )
+    )
+    ends = []
+
+    @contextlib.contextmanager
+    def watch(timeout, *, end=None):
+        ends.append(end)
+        try:
+            yield
+        finally:
+            ends.remove(end)
+
+    full = Reservation(admission)
+    full.take_body(8 * MIB)  # the uploads' share (3/4 of 16 MiB) is 12 MiB: the next 8 MiB must wait
+
+    def wait(why, framing):
+        on_stall_watch(watch)
+        reservation = Reservation(admission)
+        try:
+            reservation.take_body(8 * MIB, framing=framing)
+        except Problem as refusal:
+            return refusal.status, refusal.errors, refusal.headers.get("Retry-After")
+        finally:
+            reservation.release()
+
+    for why, framing in [
+        (WaitEnd.CLIENT_LEFT, "Content-Length"),
+        (WaitEnd.CLIENT_LEFT, "Transfer-Encoding"),
+        (WaitEnd.CROWDED, "Content-Length"),
+    ]:
+        waiting = gevent.spawn(wait, why, framing)
+        gevent.sleep(0.05)  # it waits
+        gevent.get_hub().loop.run_callback(ends[0], why)
+        status, errors, retry = waiting.get(timeout=5)
+        print(why.name, status, sorted(errors or {}), retry)
+    full.release()
+    print(admission.held_bytes, admission.bodies_waiting)
+    """
+)
+
+
+def test_a_wait_ended_for_a_client_gone_is_a_400_naming_the_body_framing_and_a_crowded_one_a_503() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ENDED], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.splitlines() == [
+        "CLIENT_LEFT 400 ['Content-Length'] None",
+        "CLIENT_LEFT 400 ['Transfer-Encoding'] None",
+        "CROWDED 503 [] 1",
+        "0 0",
+    ], done.stdout + done.stderr
