@@ -1,5 +1,5 @@
-"""Bodies waiting for room, ended by a crowded server, under gevent: in a process of its own (gevent patches
-the standard library, which the rest of the suite must not see)."""
+"""Bodies waiting for room, ended by the server (crowded, or their client gone), under gevent: in a process
+of its own (gevent patches the standard library, which the rest of the suite must not see)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import subprocess
 import sys
 import textwrap
 
-STRESS = textwrap.dedent(
+# What both scripts share: gevent's patching (first), an admission with the queue's limits given, and the
+# waits the "server" may end, as the worker's IdleConnections holds them.
+PRELUDE = textwrap.dedent(
     """
     from gevent import monkey
 
@@ -23,21 +25,26 @@ STRESS = textwrap.dedent(
     from service.web.problems import Problem
 
     MIB = 1 << 20
-    admission = Admission(
-        AdmissionLimits(
-            memory_budget_bytes=64 * MIB,
-            max_body_bytes=8 * MIB,
-            compute_slots=1,
-            compute_queue_length=64,
-            compute_queue_seconds=0.2,
-            compute_deadline_seconds=20,
-            body_timeout_seconds=10,
-            body_min_bytes_per_second=1024,
-            header_timeout_seconds=10,
+
+
+    def admission_of(budget_bytes, *, queue_length, queue_seconds):
+        return Admission(
+            AdmissionLimits(
+                memory_budget_bytes=budget_bytes,
+                max_body_bytes=8 * MIB,
+                compute_slots=1,
+                compute_queue_length=queue_length,
+                compute_queue_seconds=queue_seconds,
+                compute_deadline_seconds=20,
+                body_timeout_seconds=10,
+                body_min_bytes_per_second=1024,
+                header_timeout_seconds=10,
+            )
         )
-    )
-    random.seed(18)
-    ends = []  # the waits the "server" may end, as the worker's IdleConnections holds them
+
+
+    ends = []
+
 
     @contextlib.contextmanager
     def watch(timeout, *, end=None):
@@ -46,6 +53,13 @@ STRESS = textwrap.dedent(
             yield
         finally:
             ends.remove(end)
+    """
+)
+
+STRESS = PRELUDE + textwrap.dedent(
+    """
+    admission = admission_of(64 * MIB, queue_length=64, queue_seconds=0.2)
+    random.seed(18)
 
     errors, refused, held = [], set(), 0
 
@@ -91,48 +105,13 @@ def test_waits_for_room_ended_by_the_server_are_refusals_that_hold_nothing() -> 
     assert done.stdout.strip() == "[] [400, 503] True 0 0", done.stdout + done.stderr
 
 
-ENDED = textwrap.dedent(
+ENDED = PRELUDE + textwrap.dedent(
     """
-    from gevent import monkey
-
-    monkey.patch_all()
-
-    import contextlib
-
-    import gevent
-
-    from service.web.admission import Admission, AdmissionLimits, Reservation
-    from service.web.connection import WaitEnd, on_stall_watch
-    from service.web.problems import Problem
-
-    MIB = 1 << 20
-    admission = Admission(
-        AdmissionLimits(
-            memory_budget_bytes=16 * MIB,
-            max_body_bytes=8 * MIB,
-            compute_slots=1,
-            compute_queue_length=8,
-            compute_queue_seconds=10,
-            compute_deadline_seconds=20,
-            body_timeout_seconds=10,
-            body_min_bytes_per_second=1024,
-            header_timeout_seconds=10,
-        )
-    )
-    ends = []
-
-    @contextlib.contextmanager
-    def watch(timeout, *, end=None):
-        ends.append(end)
-        try:
-            yield
-        finally:
-            ends.remove(end)
-
+    admission = admission_of(16 * MIB, queue_length=8, queue_seconds=10)
     full = Reservation(admission)
     full.take_body(8 * MIB)  # the uploads' share (3/4 of 16 MiB) is 12 MiB: the next 8 MiB must wait
 
-    def wait(why, framing):
+    def wait(framing):
         on_stall_watch(watch)
         reservation = Reservation(admission)
         try:
@@ -147,7 +126,7 @@ ENDED = textwrap.dedent(
         (WaitEnd.CLIENT_LEFT, "Transfer-Encoding"),
         (WaitEnd.CROWDED, "Content-Length"),
     ]:
-        waiting = gevent.spawn(wait, why, framing)
+        waiting = gevent.spawn(wait, framing)
         gevent.sleep(0.05)  # it waits
         gevent.get_hub().loop.run_callback(ends[0], why)
         status, errors, retry = waiting.get(timeout=5)
