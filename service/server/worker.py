@@ -46,6 +46,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import math
 import operator
 import select
 import socket
@@ -85,6 +86,7 @@ from service.web.statuses import status_phrase
 # Past this share of worker_connections the worker is crowded and closes the longest-idle connections.
 CROWDED_SHARE = 0.9
 SWEEP_SECONDS = 0.5
+SWEEP_FAILURE_LOG_SECONDS = 60.0
 # A connection is closed for room only once it has waited this long for its head (a fresh one is about to
 # send it).
 MIN_IDLE_SECONDS = 0.5
@@ -288,7 +290,9 @@ class ClientSocket:
 
         Seen only once the close arrives: a client that sent more than the kernel's receive buffer takes
         (about 100 KB on loopback) before closing is not seen to leave, its close queued behind bytes the
-        server does not read while the body waits (one that sends ``Expect: 100-continue`` never is)."""
+        server does not read while the body waits (one that sends ``Expect: 100-continue`` sends none). On a
+        kept-alive connection the last read of the request before may have held this one's start, so a body
+        no larger than that read (up to 1 MiB in gunicorn 27) is not seen either."""
         events = _hangups(self.sock)
         if events & (select.POLLHUP | select.POLLERR):
             return True
@@ -406,24 +410,27 @@ class IdleConnections:
         return len(heads)
 
     def close_longest_idle(self, count: int) -> int:
-        """End up to ``count`` waits, the cheapest for their clients first: waits for a request head (idle
-        keep-alives, silent or trickling clients: no request is lost) that lasted :data:`MIN_IDLE_SECONDS`,
-        the longest first; then bodies waiting for room in the memory budget, however young, the latest first
-        (the earliest is the nearest to its room; kept while held uploads were cut, a crowd of them had 33 of
-        40 uploads held one byte short answered 408); then body reads that stalled that long, the longest
-        first. How many were ended."""
+        """Have up to ``count`` waits end, the cheapest for their clients first: waits for a request head
+        (idle keep-alives, silent or trickling clients: no request is lost) that lasted
+        :data:`MIN_IDLE_SECONDS`, the longest first; then bodies waiting for room in the memory budget,
+        however young, the latest first (the earliest is the nearest to its room; kept while held uploads
+        were cut, a crowd of them had 33 of 40 uploads held one byte short answered 408); then body reads
+        that stalled that long, the longest first. Waits whose end is on its way already (from the loop's
+        next turn) count among the ``count``: a burst of new connections asks once per connection before
+        any end has run, and each would otherwise end as many more. How many were ended now."""
         now = time.monotonic()
         heads: list[_Wait] = []
         rooms: list[_Wait] = []
         reads: list[_Wait] = []
         for wait in self.waiting:  # the oldest first
             if wait.ending:
+                count -= 1
                 continue
             if wait.for_room:
                 rooms.append(wait)
             elif now - wait.since >= MIN_IDLE_SECONDS:
                 (heads if isinstance(wait, _HeadWait) else reads).append(wait)
-        chosen = [*heads, *reversed(rooms), *reads][:count]
+        chosen = [*heads, *reversed(rooms), *reads][: max(0, count)]
         loop = gevent.get_hub().loop
         for wait in chosen:
             wait.ending = True
@@ -458,6 +465,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.served: weakref.WeakSet[Greenlet] = weakref.WeakSet()  # connections past their first request
         self.client_sockets: dict[Greenlet, ClientSocket] = {}  # each connection's, by its greenlet
         self.crowded_above = max(1, int(CROWDED_SHARE * self.worker_connections))
+        self.sweep_failure_logged = -math.inf  # time.monotonic() of the last failed sweep logged
         self.close_after_each_answer = False
         self.admission: Admission | None = None  # the app's, once loaded (load_wsgi)
         # gunicorn's run() builds each listener's server with ``server_class`` when it is set (its pywsgi
@@ -540,12 +548,14 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             try:
                 # Clients gone first: their connections are closing anyway, so they count against the crowd
                 # (ended for it instead, one would be answered as overload, and a real client's wait cut).
-                gone = self.idle.end_waits_for_room_of_clients_gone(self._client_left)
-                over = self.open_connections - gone - self.crowded_above
+                self.idle.end_waits_for_room_of_clients_gone(self._client_left)
+                over = self.open_connections - self.crowded_above
                 if over > 0:
                     self.idle.close_longest_idle(over)
             except Exception:  # a bug here must not end the sweeps (nor the closing at stop, below)
-                self.log.exception("the sweep for idle connections failed")
+                if time.monotonic() >= self.sweep_failure_logged + SWEEP_FAILURE_LOG_SECONDS:
+                    self.sweep_failure_logged = time.monotonic()
+                    self.log.exception("the sweep for idle connections failed (logged once a minute at most)")
         # Stopping (SIGTERM, or recycled after GUNICORN_MAX_REQUESTS): gunicorn waits for every connection
         # before the worker exits, and one kept alive between requests would wait GUNICORN_KEEPALIVE (75 s)
         # for a head that may never come, so the stop took the whole GUNICORN_GRACEFUL_TIMEOUT (20 s) and a

@@ -105,7 +105,8 @@ def test_a_client_that_shut_down_its_side_once_its_whole_body_was_sent_waits_for
 
 
 def read_as_gunicorn(served: ClientSocket, size: int) -> None:
-    """Read ``size`` bytes as gunicorn reads a connection: 8,192 at a time at the most."""
+    """Read ``size`` bytes in reads of 8,192 at the most, as gunicorn reads heads (a body of known length
+    it reads up to 1 MiB at a time, never past the body's end)."""
     got = 0
     while got < size:
         got += len(served.recv(min(8192, size - got)))
@@ -248,9 +249,32 @@ def test_a_wait_ended_for_its_client_gone_is_not_chosen_again_for_a_crowd() -> N
     gevent.sleep(0)  # all three wait, the latest last
     try:
         assert idle.end_waits_for_room_of_clients_gone(lambda connection: connection is connections[2]) == 1
-        assert idle.close_longest_idle(1) == 1  # the latest of the others
+        assert idle.close_longest_idle(2) == 1  # the one gone counts; then the latest of the others
         gevent.sleep(0)  # the loop runs the ends
         assert ended == [(2, WaitEnd.CLIENT_LEFT), (1, WaitEnd.CROWDED)]
+    finally:
+        release.set()
+        gevent.joinall(connections, timeout=5)
+
+
+def test_a_burst_of_new_connections_ends_one_wait_each() -> None:
+    """Each new connection over the crowded mark asks for as many waits to end as connections are over it,
+    before any end has run (a burst is accepted in one turn of the loop): 3 connections over, 3 waits."""
+    idle = IdleConnections()
+    ended: list[int] = []
+    release = gevent.event.Event()
+
+    def waiting(number: int) -> None:
+        with idle.body_wait(None, end=lambda why: ended.append(number)):
+            release.wait(5)
+
+    connections = [gevent.spawn(waiting, number) for number in range(10)]
+    gevent.sleep(0)
+    try:
+        for over in (1, 2, 3):  # as AdmittingGeventWorker.handle asks, once per new connection
+            idle.close_longest_idle(over)
+        gevent.sleep(0)
+        assert sorted(ended) == [7, 8, 9]  # the latest three
     finally:
         release.set()
         gevent.joinall(connections, timeout=5)
