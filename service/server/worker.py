@@ -47,7 +47,6 @@ import errno
 import fcntl
 import functools
 import math
-import operator
 import select
 import socket
 import struct
@@ -55,7 +54,7 @@ import termios
 import time
 import urllib.parse
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gevent
@@ -76,7 +75,7 @@ from service.web.connection import (
     WaitEnd,
     on_bytes_received,
     on_close_request,
-    on_stall_watch,
+    on_waits,
     take_close_request,
 )
 from service.web.inference import count_server_answer
@@ -112,26 +111,14 @@ PACE_SECONDS = 0.02
 
 
 class _Wait:
-    """``with`` it around a read that waits for the client; the worker can end it early by raising
-    ``timeout`` in it. As such it stands for a body read (service/web/body.py), whose own deadline raised
-    early answers 408 and closes the connection. Given ``end`` instead, it stands for a body waiting for room
-    in the memory budget (service/web/admission.py), which the worker ends by calling ``end()``: raised into
-    a wait on a condition variable, an exception broke the condition's locks ("Semaphore released too many
-    times", a 500)."""
+    """``with`` it around a wait the worker may end early (:meth:`end_now`, from its event loop): a read that
+    waits for the client (:class:`_ReadWait`, :class:`_HeadWait`) or a body waiting for room in the memory
+    budget (:class:`_RoomWait`)."""
 
-    def __init__(
-        self,
-        waits: IdleConnections,
-        timeout: gevent.Timeout,
-        *,
-        end: Callable[[WaitEnd], None] | None = None,
-    ) -> None:
+    def __init__(self, waits: IdleConnections) -> None:
         self._waits = waits
-        self.timeout = timeout
-        self.end = end
         self.greenlet = gevent.getcurrent()
         self.since = 0.0
-        self.for_room = end is not None  # a body waiting for room in the memory budget, not for its client
         self.ending = False  # its end is on its way (from the loop's next turn)
 
     def __enter__(self) -> _Wait:
@@ -144,24 +131,49 @@ class _Wait:
         return self.swallows(kind, value, traceback)
 
     def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
-        """Whether the wait's end is swallowed here: no, a body read's own deadline handler answers it."""
+        """Whether the wait's end is swallowed here: no, the waiting code answers it itself."""
         return False
 
-    def end_now(self, why: WaitEnd = WaitEnd.CROWDED) -> None:
-        """End the wait at once, as if its timeout had fired, or by calling its ``end`` with ``why`` (from the
-        event loop, while it still waits)."""
-        if self.end is not None:
-            if self in self._waits.waiting:
-                self._waits.waiting.pop(self, None)
-                self.end(why)
-            return
-        self.timeout.cancel()
+    def end_now(self, why: WaitEnd) -> None:
+        """End the wait at once, if it still waits (from the event loop)."""
         if self in self._waits.waiting:
             self._waits.waiting.pop(self, None)
-            self.greenlet.throw(self.timeout)
+            self._end(why)
+
+    def _end(self, why: WaitEnd) -> None:
+        raise NotImplementedError
 
 
-class _HeadWait(_Wait):
+class _ReadWait(_Wait):
+    """A read that waits for the client, ended early by raising its ``timeout`` in it, as if it had fired: a
+    body read (service/web/body.py), whose own deadline answers 408 and closes the connection."""
+
+    def __init__(self, waits: IdleConnections, timeout: gevent.Timeout) -> None:
+        super().__init__(waits)
+        self.timeout = timeout
+
+    def end_now(self, why: WaitEnd) -> None:
+        self.timeout.cancel()
+        super().end_now(why)
+
+    def _end(self, why: WaitEnd) -> None:
+        self.greenlet.throw(self.timeout)
+
+
+class _RoomWait(_Wait):
+    """A body waiting for room in the memory budget (service/web/admission.py), ended by calling ``end(why)``:
+    raised into a wait on a condition variable, an exception broke the condition's locks ("Semaphore
+    released too many times", a 500)."""
+
+    def __init__(self, waits: IdleConnections, end: Callable[[WaitEnd], None]) -> None:
+        super().__init__(waits)
+        self._ender = end  # the admission's, for this body
+
+    def _end(self, why: WaitEnd) -> None:
+        self._ender(why)
+
+
+class _HeadWait(_ReadWait):
     """``with`` it around reading a request head: a timeout that the worker can also fire early.
 
     A kept-alive connection's wait (``seconds`` is GUNICORN_KEEPALIVE) may be given ``head_seconds`` too: once
@@ -337,20 +349,23 @@ def _hangups(sock: Any) -> int:
     poller = _POLL()
     try:
         poller.register(sock.fileno(), _POLLRDHUP)  # POLLHUP and POLLERR are reported whatever is asked
-        return functools.reduce(operator.or_, (events for _, events in poller.poll(0)), 0)
+        ready = poller.poll(0)  # [(its descriptor, its events)], or [] when nothing happened
     except (OSError, ValueError, AttributeError):  # closed meanwhile, or not a socket with a descriptor
         return 0
+    return ready[0][1] if ready else 0
 
 
 def _declared_length(headers: list[tuple[str, str]]) -> int | None:
-    """A head's ``Content-Length`` as a count of bytes; None when it has none that is one, or is chunked."""
-    length = None
-    for name, value in headers:
-        if name == "TRANSFER-ENCODING" and "chunked" in value.lower():
-            return None
-        if name == "CONTENT-LENGTH":
-            length = value
+    """A head's ``Content-Length`` as a count of bytes; None when it has none that is one, or is chunked
+    (gunicorn's headers: names in capitals)."""
+    if _chunked(headers):
+        return None
+    length = next((value for name, value in reversed(headers) if name == "CONTENT-LENGTH"), None)
     return int(length) if length is not None and length.isascii() and length.isdigit() else None
+
+
+def _chunked(headers: list[tuple[str, str]]) -> bool:
+    return any(name == "TRANSFER-ENCODING" and "chunked" in value.lower() for name, value in headers)
 
 
 def linger(sock: socket.socket) -> None:
@@ -391,23 +406,21 @@ class IdleConnections:
     ) -> _HeadWait:
         return _HeadWait(self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock)
 
-    def body_wait(
-        self, timeout: BaseException | None, *, end: Callable[[WaitEnd], None] | None = None
-    ) -> _Wait:
-        if end is not None:
-            return _Wait(self, gevent.Timeout(), end=end)  # (a timeout never started nor raised)
+    def read(self, timeout: BaseException) -> _ReadWait:
+        """A body read that waits for the client (service.web.connection.stall_watch)."""
         assert isinstance(timeout, gevent.Timeout)  # the body's deadline under this worker
-        return _Wait(self, timeout)
+        return _ReadWait(self, timeout)
+
+    def room(self, end: Callable[[WaitEnd], None]) -> _RoomWait:
+        """A body waiting for room in the memory budget (service.web.connection.room_watch)."""
+        return _RoomWait(self, end)
 
     def end_kept_alive_waits(self) -> int:
         """End every wait for the next request on a connection kept alive (they close); how many were ended.
         A new connection's wait for its first head is left to its deadline: its client has just connected
         to send a request, which would be lost."""
         heads = [wait for wait in self.waiting if isinstance(wait, _HeadWait) and wait.kept_alive]
-        loop = gevent.get_hub().loop
-        for wait in heads:
-            loop.run_callback(wait.end_now)
-        return len(heads)
+        return _end_soon(heads, WaitEnd.CROWDED)
 
     def close_longest_idle(self, count: int) -> int:
         """Have up to ``count`` waits end, the cheapest for their clients first: waits for a request head
@@ -425,28 +438,27 @@ class IdleConnections:
         for wait in self.waiting:  # the oldest first
             if wait.ending:
                 count -= 1
-                continue
-            if wait.for_room:
+            elif isinstance(wait, _RoomWait):
                 rooms.append(wait)
             elif now - wait.since >= MIN_IDLE_SECONDS:
                 (heads if isinstance(wait, _HeadWait) else reads).append(wait)
-        chosen = [*heads, *reversed(rooms), *reads][: max(0, count)]
-        loop = gevent.get_hub().loop
-        for wait in chosen:
-            wait.ending = True
-            loop.run_callback(wait.end_now)
-        return len(chosen)
+        return _end_soon([*heads, *reversed(rooms), *reads][: max(0, count)], WaitEnd.CROWDED)
 
     def end_waits_for_room_of_clients_gone(self, gone: Callable[[Greenlet], bool]) -> int:
         """End the waits for room of the connections whose client has left (``gone(greenlet)``, asked of
         each waiting connection's greenlet); how many. Each kept its place in the queue of bodies until its
         ``COMPUTE_QUEUE_SECONDS`` ran out, and a few such ghosts filled the queue for a real body."""
-        left = [wait for wait in self.waiting if wait.for_room and not wait.ending and gone(wait.greenlet)]
-        loop = gevent.get_hub().loop
-        for wait in left:
-            wait.ending = True
-            loop.run_callback(wait.end_now, WaitEnd.CLIENT_LEFT)
-        return len(left)
+        rooms = [wait for wait in self.waiting if isinstance(wait, _RoomWait) and not wait.ending]
+        return _end_soon([wait for wait in rooms if gone(wait.greenlet)], WaitEnd.CLIENT_LEFT)
+
+
+def _end_soon(waits: Sequence[_Wait], why: WaitEnd) -> int:
+    """Have ``waits`` end from the event loop's next turn (marked as ending until then); how many."""
+    loop = gevent.get_hub().loop
+    for wait in waits:
+        wait.ending = True
+        loop.run_callback(wait.end_now, why)
+    return len(waits)
 
 
 def accepts_per_wakeup(loop_lag_seconds: float) -> int:
@@ -607,7 +619,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # must_close (of gunicorn's request message) makes the answer say "Connection: close" and ends the
         # connection after it
         on_close_request(lambda: setattr(req, "must_close", True))
-        on_stall_watch(self.idle.body_wait)
+        on_waits(self.idle)
         counted = sock if isinstance(sock, ClientSocket) else None  # (not one gunicorn wrapped for TLS)
         on_bytes_received(None if counted is None else lambda: counted.bytes_received)
         try:
@@ -619,7 +631,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             raise
         finally:
             on_close_request(None)
-            on_stall_watch(None)
+            on_waits(None)
             on_bytes_received(None)
             release_held_before_continue()
         if take_close_request():
@@ -662,24 +674,17 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         when no room came for it in time); None to go on, its room in the memory budget held for it."""
         if req.version < (1, 1):
             return None
-        headers = {name: value for name, value in req.headers}
-        if headers.get("EXPECT", "").strip().lower() != "100-continue":
+        expect = next((value for name, value in reversed(req.headers) if name == "EXPECT"), "")
+        if expect.strip().lower() != "100-continue" or self.admission is None:
             return None
-        if self.admission is None:
-            return None
-        length = headers.get("CONTENT-LENGTH")
-        chunked = "chunked" in headers.get("TRANSFER-ENCODING", "").lower()
-        if length is None and not chunked:
-            return None
-        try:
-            content_length = None if length is None else int(length)
-        except ValueError:
-            return None  # gunicorn refuses a malformed Content-Length itself
-        on_stall_watch(self.idle.body_wait)  # its wait for room may be ended when the worker is crowded
+        content_length = _declared_length(req.headers)
+        if content_length is None and not _chunked(req.headers):
+            return None  # no body (gunicorn refuses a malformed Content-Length itself)
+        on_waits(self.idle)  # its wait for room may be ended when the worker is crowded
         try:
             hold_before_continue(self.admission, content_length)
         except Problem as refusal:
             return refusal
         finally:
-            on_stall_watch(None)
+            on_waits(None)
         return None

@@ -51,7 +51,7 @@ from flask import Flask, Response
 from flask.wrappers import Request
 
 from service.requests import Work
-from service.web.body import CountingInput, body_size, counting_input, malformed_body
+from service.web.body import CountingInput, body_size, counting_input, framing_header, malformed_body
 from service.web.connection import WaitEnd, close_connection_after_answer, room_watch, under_gevent
 from service.web.garbage import collection_paused
 from service.web.hooks import RequestGlobals, request_steps
@@ -784,7 +784,8 @@ def hold_before_continue(admission: Admission, content_length: int | None) -> No
     if refusal is not None:
         raise refusal
     held = Reservation(admission)
-    held.take_body(body_reservation(admission.limits, content_length), framing=_framing(content_length))
+    size = body_reservation(admission.limits, content_length)
+    held.take_body(size, framing=framing_header(chunked=content_length is None))
     _held_before_continue.set(held)
 
 
@@ -1055,7 +1056,7 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         if refusal is not None:
             raise refusal
         if held is None:
-            reservation.take_body(size, framing=_framing(length))
+            reservation.take_body(size, framing=framing_header(chunked=length is None))
     except Problem:
         close_connection_after_answer()
         raise
@@ -1065,11 +1066,6 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         counted.set_deadline(
             size, grace_seconds=limits.body_timeout_seconds, bytes_per_second=limits.body_min_bytes_per_second
         )
-
-
-def _framing(content_length: int | None) -> str:
-    """The header that frames a body: its Content-Length, or (none) Transfer-Encoding: chunked."""
-    return "Content-Length" if content_length is not None else "Transfer-Encoding"
 
 
 def _is_chunked(environ: dict[str, Any]) -> bool:

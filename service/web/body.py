@@ -201,8 +201,8 @@ class CountingInput:
         except OSError:
             # The connection ended mid-body (gunicorn's NoMoreData for a chunked body without its last chunk;
             # a reset, whose answer is then lost anyway).
-            header = "Transfer-Encoding" if self._chunked else "Content-Length"
-            raise malformed_body(header, "the connection ended before the body did.") from None
+            ended = "the connection ended before the body did."
+            raise malformed_body(framing_header(chunked=self._chunked), ended) from None
         except (ValueError, BodyTooSlow):
             raise  # the 408; a ValueError is a closed stream (the request is over)
         except Exception as error:  # gunicorn's InvalidChunkSize, ChunkMissingTerminator, …
@@ -218,6 +218,11 @@ class CountingInput:
         if not line:
             raise StopIteration
         return line
+
+
+def framing_header(*, chunked: bool) -> str:
+    """The header that frames a body, which its framing errors name."""
+    return "Transfer-Encoding" if chunked else "Content-Length"
 
 
 def malformed_body(header: str, message: str) -> Problem:

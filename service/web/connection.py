@@ -37,17 +37,20 @@ class WaitEnd(enum.Enum):
     CLIENT_LEFT = "client left"  # the client closed (or reset) its connection before sending the body
 
 
-# Set by the server around each request: how a body read that waits for the client (ended by raising its
-# ``timeout``), or a body that waits for room in the memory budget (ended by calling ``end``), is put among
-# the waits the server may end early when it needs room for other connections (or, for a wait for room, when
-# its client has left).
-class StallWatch(Protocol):
-    def __call__(
-        self, timeout: BaseException | None, *, end: Callable[[WaitEnd], None] | None = None
-    ) -> AbstractContextManager[Any]: ...
+class Waits(Protocol):
+    """Set by the server around each request: how the waits it may end early are put among them, when it
+    needs room for other connections (or, for a wait for room, when its client has left)."""
+
+    def read(self, timeout: BaseException) -> AbstractContextManager[Any]:
+        """A body read that waits for the client, ended by raising its ``timeout``."""
+        ...
+
+    def room(self, end: Callable[[WaitEnd], None]) -> AbstractContextManager[Any]:
+        """A body that waits for room in the memory budget, ended by calling ``end(why)``."""
+        ...
 
 
-_stall_watch: contextvars.ContextVar[StallWatch | None] = contextvars.ContextVar("stall_watch", default=None)
+_waits: contextvars.ContextVar[Waits | None] = contextvars.ContextVar("waits", default=None)
 # Set by the server around each request: the bytes its connection has received so far, framing included.
 _received: contextvars.ContextVar[Callable[[], int] | None] = contextvars.ContextVar("received", default=None)
 
@@ -100,16 +103,16 @@ def take_close_request() -> bool:
     return wanted
 
 
-def on_stall_watch(watch: StallWatch | None) -> None:
-    """Have :func:`stall_watch` use ``watch`` (the server's, for this request)."""
-    _stall_watch.set(watch)
+def on_waits(waits: Waits | None) -> None:
+    """Have :func:`stall_watch` and :func:`room_watch` use ``waits`` (the server's, for this request)."""
+    _waits.set(waits)
 
 
 def stall_watch(timeout: BaseException) -> AbstractContextManager[Any]:
     """``with`` it around a read that waits for the client: the server may end the wait early, when it is
     crowded and this wait is among the longest, by raising ``timeout`` (the read's own deadline) in it."""
-    watch = _stall_watch.get()
-    return watch(timeout) if watch is not None else contextlib.nullcontext()
+    waits = _waits.get()
+    return waits.read(timeout) if waits is not None else contextlib.nullcontext()
 
 
 def room_watch(end: Callable[[WaitEnd], None]) -> AbstractContextManager[Any]:
@@ -117,8 +120,8 @@ def room_watch(end: Callable[[WaitEnd], None]) -> AbstractContextManager[Any]:
     ``end(why)`` from its event loop, when it is crowded (before body reads that stall: none of the body has
     been read) or when the client has left; the wait must then end itself (an exception raised into a wait on
     a condition variable would break the condition's locks)."""
-    watch = _stall_watch.get()
-    return watch(None, end=end) if watch is not None else contextlib.nullcontext()
+    waits = _waits.get()
+    return waits.room(end) if waits is not None else contextlib.nullcontext()
 
 
 def on_bytes_received(counter: Callable[[], int] | None) -> None:

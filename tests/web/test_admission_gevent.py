@@ -21,7 +21,7 @@ PRELUDE = textwrap.dedent(
     import gevent
 
     from service.web.admission import Admission, AdmissionLimits, Reservation
-    from service.web.connection import WaitEnd, on_stall_watch
+    from service.web.connection import WaitEnd, on_waits
     from service.web.problems import Problem
 
     MIB = 1 << 20
@@ -46,13 +46,17 @@ PRELUDE = textwrap.dedent(
     ends = []
 
 
-    @contextlib.contextmanager
-    def watch(timeout, *, end=None):
-        ends.append(end)
-        try:
-            yield
-        finally:
-            ends.remove(end)
+    class Waits:  # the "server's", as the worker's IdleConnections
+        @contextlib.contextmanager
+        def room(self, end):
+            ends.append(end)
+            try:
+                yield
+            finally:
+                ends.remove(end)
+
+
+    waits = Waits()
     """
 )
 
@@ -65,7 +69,7 @@ STRESS = PRELUDE + textwrap.dedent(
 
     def client():
         global held
-        on_stall_watch(watch)
+        on_waits(waits)
         for _ in range(100):
             reservation = Reservation(admission)
             try:
@@ -112,7 +116,7 @@ ENDED = PRELUDE + textwrap.dedent(
     full.take_body(8 * MIB)  # the uploads' share (3/4 of 16 MiB) is 12 MiB: the next 8 MiB must wait
 
     def wait(framing):
-        on_stall_watch(watch)
+        on_waits(waits)
         reservation = Reservation(admission)
         try:
             reservation.take_body(8 * MIB, framing=framing)
