@@ -1,9 +1,8 @@
-"""Answers the server writes itself, before or instead of the app: problem+json, logged like the app's.
+"""Answers the server writes itself, instead of the app: problem+json, logged like the app's.
 
-gunicorn answers malformed HTTP (and a worker that timed out) on its own, and the worker refuses an
-``Expect: 100-continue`` upload it will not read before gunicorn would send ``100 Continue``. Both write
-here, so every answer, whoever writes it, is a problem document with a request id, the CORS headers a page
-needs to read it when every origin is allowed, and one JSON access-log line on stdout.
+gunicorn answers malformed HTTP (and a worker that timed out) on its own (service/server/gunicorn_settings.py
+routes those answers here), so every answer, whoever writes it, is a problem document with a request id, the
+CORS headers a page needs to read it when every origin is allowed, and one JSON access-log line on stdout.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import time
 import uuid
 from collections.abc import Mapping
@@ -77,23 +75,3 @@ def log_answer(
     # A line that cannot be written (a pipe gone) is lost, as the app's are, and costs no answer.
     with contextlib.suppress(OSError, ValueError):
         print(json.dumps(line, separators=(",", ":")), flush=True)
-
-
-def write_problem(
-    sock: socket.socket,
-    status: int,
-    reason: str,
-    detail: str,
-    *,
-    slug: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    method: str | None = None,
-    path: str | None = None,
-    title: str | None = None,
-) -> None:
-    """Write a problem answer on ``sock`` (which the caller then closes) and log it; logged too when the
-    client has gone (reset its connection), as the app logs an answer it could not deliver."""
-    answer, request_id = problem_bytes(status, reason, detail, slug=slug, headers=headers, title=title)
-    with contextlib.suppress(OSError):
-        sock.sendall(answer)
-    log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id, method=method, path=path)

@@ -22,10 +22,11 @@ worker. What it lacks, and this subclass adds through the worker's public method
 - **No place kept for a client that left.** Every :data:`SWEEP_SECONDS` the bodies waiting for room in the
   memory budget are looked at, and the wait of one whose client has left (:meth:`ClientSocket.client_left`)
   is ended, its place in the queue of bodies free again.
-- **No ``100 Continue`` for a body that will be refused.** gunicorn answers ``Expect: 100-continue``
-  before the app runs; an upload the app would refuse from its headers (413, or 503 when no room comes for
-  it in the worker's memory budget in time) is answered here instead, and its connection closed; one that
-  had to wait for room keeps it for the app.
+- **``100 Continue`` only for a body the app reads.** gunicorn answers ``Expect: 100-continue`` as soon as
+  it has the head; here the 100 waits for the app's first read of the body (:class:`ClientSocket`), so a
+  body the app refuses from its head (404, 405, 415, 401, 413, or 503 when no room comes for it in the
+  worker's memory budget in time) is never asked for, and one that has to wait for room is asked for once
+  it has it.
 - **New connections taken in bursts when the loop lags.** With several workers on one listening socket,
   gunicorn has each accept one connection per wake-up of its loop, so that one worker does not take a whole
   burst; but a worker busy with kept-alive connections turns its loop once per round of them, so a burst of
@@ -52,7 +53,6 @@ import socket
 import struct
 import termios
 import time
-import urllib.parse
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -64,13 +64,7 @@ from gevent import Greenlet
 from gevent.server import StreamServer
 from gunicorn.workers.ggevent import GeventWorker
 
-from service.server.problems import write_problem
-from service.web.admission import (
-    Admission,
-    admission_of,
-    hold_before_continue,
-    release_held_before_continue,
-)
+from service.web.admission import Admission, admission_of
 from service.web.connection import (
     WaitEnd,
     on_bytes_received,
@@ -78,9 +72,6 @@ from service.web.connection import (
     on_waits,
     take_close_request,
 )
-from service.web.inference import count_server_answer
-from service.web.problems import Problem
-from service.web.statuses import status_phrase
 
 # Past this share of worker_connections the worker is crowded and closes the longest-idle connections.
 CROWDED_SHARE = 0.9
@@ -98,6 +89,8 @@ UNSENT_BYTES = 128 * 1024
 # times at most (a client reading a few bytes per timeout cannot hold an answer for ever).
 MOST_ANSWER_WAITS = 30
 LINGER_READ_BYTES = 64 * 1024
+# gunicorn's interim answer to a head with ``Expect: 100-continue`` (ClientSocket holds it back).
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 # A worker sharing the listening socket accepts one more connection per wake-up for each of these seconds its
 # loop lags, up to the most: a connection waits about one turn of a busy loop instead of one turn per
 # connection ahead of it. The loop's lag is measured every PACE_SECONDS; a worker left with no connection
@@ -224,9 +217,19 @@ class _HeadWait(_ReadWait):
 class ClientSocket:
     """A client's socket as this worker serves it: it counts the bytes received, for
     :func:`~service.web.connection.bytes_received` (the app compares them with a chunked body's bytes to
-    refuse one whose framing costs more than its data), and gives up on a client that takes none of its
+    refuse one whose framing costs more than its data), gives up on a client that takes none of its
     answer for ``answer_timeout`` seconds (as nginx's ``send_timeout``): gevent's ``sendall`` waits for ever,
-    and the answer holds its share of the worker's memory budget until it has been sent."""
+    and the answer holds its share of the worker's memory budget until it has been sent, and sends a
+    ``100 Continue`` only when the app reads the body it invites.
+
+    gunicorn sends the 100 as soon as it has parsed a head with ``Expect: 100-continue``, before the app
+    runs, so a client was told to send a body the app then refused without reading it: a 16 MiB upload to a
+    misspelt path, with the wrong method or media type or without its API key was sent whole, for a 404,
+    405, 415 or 401. RFC 9110 (section 10.1.1) wants the final answer instead whenever the head decides it.
+    Here the 100 is held back (:meth:`send`: it is gunicorn's one write that does not go through
+    ``sendall``) and sent at the body's first read (:meth:`recv`), as Go's net/http and Tomcat's
+    ``continueResponseTiming="onRead"`` do; an answer given before then goes without it. (Not under TLS,
+    where gunicorn's TLS socket wraps this one and the 100 arrives here encrypted.)"""
 
     def __init__(self, sock: Any, *, answer_timeout: float | None, on_stalled: Callable[[], None]) -> None:
         self.sock = sock
@@ -237,6 +240,7 @@ class ClientSocket:
         self.received_before_request = 0
         self._last_read = 0
         self.head_wait: _HeadWait | None = None  # a kept-alive connection's wait for its next head, if any
+        self._continue_due = False  # a 100 Continue held back until the app reads the body (see send)
         self._answer_timeout = answer_timeout
         self._on_stalled = on_stalled
         if answer_timeout is not None:
@@ -246,7 +250,16 @@ class ClientSocket:
             with contextlib.suppress(OSError, AttributeError):  # not TCP (a Unix socket), or not Linux
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_BYTES)
 
+    def send(self, data: Any, *arguments: Any) -> int:
+        if not arguments and data == CONTINUE:
+            self._continue_due = True  # sent at the body's first read (recv), if the app reads it at all
+            return len(data)
+        sent: int = self.sock.send(data, *arguments)
+        return sent
+
     def recv(self, *arguments: Any) -> bytes:
+        if self._continue_due:  # the app reads the body: now the client may send it
+            self.sendall(CONTINUE)
         data: bytes = self.sock.recv(*arguments)
         self.bytes_received += len(data)
         self._last_read = len(data)
@@ -256,6 +269,9 @@ class ClientSocket:
         return data
 
     def sendall(self, data: Any) -> None:
+        # An answer (or the 100 Continue itself): a final answer given before the body was read replaces the
+        # 100, so the client need not send the body at all (RFC 9110, section 10.1.1).
+        self._continue_due = False
         if self._answer_timeout is None:
             self.sock.sendall(data)
             return
@@ -592,7 +608,6 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
-        started = time.perf_counter()
         current = gevent.getcurrent()
         self.served.add(current)
         client = self.client_sockets.get(current)
@@ -600,22 +615,6 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             client.request = req  # for _keep_room, while its body waits for room
         if self.close_after_each_answer:
             req.must_close = True  # the answer says "Connection: close", and gunicorn closes after it
-        refusal = self._refusal_before_continue(req)
-        if refusal is not None:
-            write_problem(
-                sock,
-                refusal.status,
-                status_phrase(refusal.status),
-                refusal.detail,
-                title=refusal.title,
-                slug=refusal.slug,
-                headers=refusal.headers,
-                method=req.method,
-                path=req.path,
-            )
-            self._count_refusal(req, refusal.status, time.perf_counter() - started)
-            linger(sock)
-            raise StopIteration()  # gunicorn's handle() closes the connection: the body is never read
         # must_close (of gunicorn's request message) makes the answer say "Connection: close" and ends the
         # connection after it
         on_close_request(lambda: setattr(req, "must_close", True))
@@ -625,7 +624,6 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
         except StopIteration:
-            release_held_before_continue()  # now, not after the linger (up to 2 s)
             if take_close_request():
                 linger(sock)
             raise
@@ -633,7 +631,6 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             on_close_request(None)
             on_waits(None)
             on_bytes_received(None)
-            release_held_before_continue()
         if take_close_request():
             linger(sock)
             raise StopIteration()
@@ -658,33 +655,3 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             addr,
             seconds,
         )
-
-    def _count_refusal(self, req: Any, status: int, seconds: float) -> None:
-        """Count a refusal the worker answered in the app's metrics; the answer has gone already, and a
-        metrics write that fails (its directory full) costs the count, not the answer."""
-        assert isinstance(self.wsgi, Flask)  # a refusal comes from the app's admission
-        path = urllib.parse.unquote(req.path, encoding="latin-1")  # decoded, as the app routes it (PEP 3333)
-        try:
-            count_server_answer(self.wsgi, req.method, path, status, seconds)
-        except Exception:
-            self.log.exception("could not count a refusal in the metrics")
-
-    def _refusal_before_continue(self, req: Any) -> Problem | None:
-        """The app's refusal of an ``Expect: 100-continue`` body, decided from its headers (a 413, or a 503
-        when no room came for it in time); None to go on, its room in the memory budget held for it."""
-        if req.version < (1, 1):
-            return None
-        expect = next((value for name, value in reversed(req.headers) if name == "EXPECT"), "")
-        if expect.strip().lower() != "100-continue" or self.admission is None:
-            return None
-        content_length = _declared_length(req.headers)
-        if content_length is None and not _chunked(req.headers):
-            return None  # no body (gunicorn refuses a malformed Content-Length itself)
-        on_waits(self.idle)  # its wait for room may be ended when the worker is crowded
-        try:
-            hold_before_continue(self.admission, content_length)
-        except Problem as refusal:
-            return refusal
-        finally:
-            on_waits(None)
-        return None

@@ -201,12 +201,6 @@ class Reservation:
         if upload:
             self.upload_bytes += size
 
-    def take_over(self, other: Reservation) -> None:
-        """Hold all that ``other`` holds (of the same budget), which is left empty."""
-        held, upload = other.empty()
-        self.held_bytes += held
-        self.upload_bytes += upload
-
     def hand_over(self) -> Reservation:
         """A new reservation holding all this one held, which is left empty (its request is done with it)."""
         heir = Reservation(self._admission)
@@ -772,32 +766,6 @@ def body_too_large(admission: Admission, content_length: int | None) -> Problem 
     return None
 
 
-def hold_before_continue(admission: Admission, content_length: int | None) -> None:
-    """For a body sent with ``Expect: 100-continue``: hold its room before the server tells the client to
-    send it, or raise the 413 or 503 (the client then never sends it). The request's admission takes the room
-    over (:func:`_admit_body`); :func:`release_held_before_continue` gives back what it did not.
-
-    Without it, a body that had to wait for room was told to continue first: each waiting client sent
-    megabytes that lay unread in the kernel's buffers until its 503.
-    """
-    refusal = body_too_large(admission, content_length)
-    if refusal is not None:
-        raise refusal
-    held = Reservation(admission)
-    size = body_reservation(admission.limits, content_length)
-    held.take_body(size, framing=framing_header(chunked=content_length is None))
-    _held_before_continue.set(held)
-
-
-def release_held_before_continue() -> None:
-    """After a request: give back the room :func:`hold_before_continue` held for it, if its admission did not
-    take it over (the app refused the request before, or never ran)."""
-    held = _held_before_continue.get()
-    if held is not None:
-        _held_before_continue.set(None)
-        held.release()
-
-
 def hold_body_bytes(size: int) -> None:
     """Hold ``size`` more bytes of the budget for the current request's body (a compressed body as it is
     inflated: it counts at its inflated size, as a plain body at its length); 503 ``overloaded`` when the
@@ -826,10 +794,6 @@ def _no_room_for_body(admission: Admission, size: int, *, waited: bool = False) 
 
 
 _current: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar("reservation", default=None)
-# The room held for a body before its 100 Continue (hold_before_continue), until its admission takes it over.
-_held_before_continue: contextvars.ContextVar[Reservation | None] = contextvars.ContextVar(
-    "held_before_continue", default=None
-)
 
 
 class Computation(Protocol[T_co]):
@@ -1043,20 +1007,11 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
         return
     length = request.content_length
     size = body_reservation(admission.limits, length)
-    held = _held_before_continue.get()
-    if held is not None:  # held by the server before the 100 Continue
-        _held_before_continue.set(None)
-        if held.held_bytes == size:
-            reservation.take_over(held)
-        else:  # (the same headers give the same size)
-            held.release()
-            held = None
     try:
         refusal = body_too_large(admission, length)
         if refusal is not None:
             raise refusal
-        if held is None:
-            reservation.take_body(size, framing=framing_header(chunked=length is None))
+        reservation.take_body(size, framing=framing_header(chunked=length is None))
     except Problem:
         close_connection_after_answer()
         raise

@@ -37,12 +37,11 @@ from flask.globals import app_ctx
 from flask.wrappers import Request
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.samples import Sample
-from werkzeug.exceptions import HTTPException
 
 from service.requests import Work
 from service.web.body import BODY_READ_SECONDS
 from service.web.hooks import RequestGlobals, request_steps
-from service.web.metrics import UNMATCHED, collect_samples, count_answer
+from service.web.metrics import collect_samples
 from service.web.request_clock import seconds_since_start
 
 PROTOCOLS = ("v1", "v2")
@@ -255,21 +254,6 @@ def on_steps(listener: StepsListener) -> None:
     """Have ``listener`` called with the completed steps of each model request (once per process)."""
     if listener not in _LISTENERS:
         _LISTENERS.append(listener)
-
-
-def count_server_answer(app: Flask, method: str, path: str, status: int, seconds: float) -> None:
-    """Count an answer the server wrote for ``app`` before the app ran (an ``Expect: 100-continue`` body
-    refused from its headers: service/server/worker.py) where the app would have counted it: the HTTP
-    series, under the route ``path`` matches, and the model's. Nothing of the body was read."""
-    try:
-        rule, _ = app.url_map.bind("localhost").match(path, method=method, return_rule=True)
-    except HTTPException:  # no route (404), not its method (405), a redirect (308)
-        count_answer(UNMATCHED, method, status, seconds, 0)
-        return
-    count_answer(rule.rule, method, status, seconds, 0)
-    series = _series_of_route(rule.rule, method)
-    if series is not None:
-        series.count(status, seconds)
 
 
 def install_inference_metrics(app: Flask) -> None:

@@ -275,8 +275,7 @@ def _observe(request: Request, g: RequestGlobals, response: Response) -> Respons
 
 
 def count_answer(endpoint: str, method: str, status: int, seconds: float | None, body_bytes: int) -> None:
-    """Count one answer: the app's own (after each request), or one the server wrote for it (see
-    :func:`service.web.inference.count_server_answer`). ``endpoint`` is a route template or UNMATCHED."""
+    """Count one answer of the app's (after each request). ``endpoint`` is a route template or UNMATCHED."""
     latency, requests, body = _children((endpoint, method_label(method), status_label(status)))
     if seconds is not None:
         latency.observe(seconds)
