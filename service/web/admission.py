@@ -996,7 +996,9 @@ def _close_if_body_unread(request: Request, g: RequestGlobals, response: Respons
 
 def _admit_body(request: Request, g: RequestGlobals) -> None:
     """Refuse a body from its headers (413; 503 when no room comes free for it in time), else set its
-    deadline once it has room: the wait for room is not the client's, and does not count against it."""
+    deadline once it has room: the wait for room is not the client's, and does not count against it. A
+    request refused whatever its body (no route, not its method; no API key, checked before this step)
+    holds no room: it is answered without reading the body, and its connection closed."""
     reservation: Reservation | None = request.environ.get(_RESERVATION_KEY)
     if reservation is None:
         return
@@ -1005,6 +1007,8 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
     request.max_content_length = admission.limits.max_body_bytes
     if request.content_length in (None, 0) and not _is_chunked(request.environ):
         return
+    if request.routing_exception is not None:
+        return  # answered 404, 405 or a redirect without reading the body (then closed): it needs no room
     length = request.content_length
     size = body_reservation(admission.limits, length)
     try:

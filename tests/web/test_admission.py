@@ -313,6 +313,45 @@ def test_a_body_the_budget_cannot_take_in_time_is_503_before_it_is_read_and_clos
         holder.release()
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "status"),
+    [
+        ("POST", "/v1/softmax", {}, 401),  # no API key
+        ("POST", "/v1/softmax", {"Authorization": "Bearer wrong-key"}, 401),
+        ("POST", "/v1/sofmax", {"Authorization": "Bearer the-key"}, 404),
+        ("PUT", "/v1/softmax", {"Authorization": "Bearer the-key"}, 405),
+    ],
+)
+def test_a_body_refused_from_its_head_neither_holds_room_nor_waits_for_it(
+    method: str, path: str, headers: dict[str, str], status: int
+) -> None:
+    """Refused for its key or its route whatever its body, a request must not take room in the budget or a
+    place among the bodies waiting for it: it waited for room first, then was refused 503 (so clients
+    without a key could fill the queue of bodies and keep out those with one)."""
+    app = create_app(
+        {
+            "TESTING": True,
+            "MEMORY_BUDGET_BYTES": 64 * MIB,
+            "MAX_CONTENT_LENGTH": 8 * MIB,
+            "COMPUTE_QUEUE_SECONDS": 0.2,
+            "API_KEYS": ["the-key"],
+        }
+    )
+    client: FlaskClient = app.test_client()
+    admission = admission_of(app)
+    assert admission is not None
+    holder = Reservation(admission)
+    assert holder.take(60 * MIB)  # no room for the 8 MB body
+    try:
+        body = b'{"logits": [' + b"1.0," * 2_000_000 + b"1.0]}"
+        answer = client.open(path, method=method, data=body, content_type="application/json", headers=headers)
+        assert_problem(answer, status)
+        assert take_close_request()  # closed rather than drained
+        assert admission.held_bytes == 60 * MIB
+    finally:
+        holder.release()
+
+
 def test_readyz_is_not_ready_while_every_compute_slot_is_busy(app: Flask) -> None:
     client = app.test_client()
     admission = admission_of(app)
