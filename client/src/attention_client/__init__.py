@@ -15,7 +15,9 @@ option of its ``/v1`` endpoint (generated from the contract, ``openapi.yaml``), 
 - :class:`MalformedAnswerError`: an answer that is not a well-formed one (a proxy's HTML page, a
   truncated body);
 - :class:`ApiError` itself: the service's refusal, with its ``status``, ``title``, ``detail`` and
-  ``errors`` (each field's messages) as in its problem document.
+  ``errors`` (each field's messages) as in its problem document, and its ``retry_after``. A refusal of an
+  overloaded service (``503`` or ``429``) whose ``Retry-After`` the client allows is first sent again
+  (the clients' ``overload_retries`` and ``most_retry_wait``).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from attention_client._models import (
     SoftmaxResult,
 )
 
-__version__ = "2.0.0"
+__version__ = "2.1.0"
 
 __all__ = [
     "DEFAULT_BASE_URL",

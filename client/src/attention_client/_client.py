@@ -5,14 +5,19 @@ each hands its arguments and its model's record (:class:`ModelSpec`) to ``_call`
 argument, frames the call (binary tensors on /v2, or JSON on /v1 for what /v2 does not take yet), sends it
 and reads the answer into the model's result class.
 
-Every call computes a pure function of its inputs, so retrying one whose connection failed is safe: the
-transport retries connection errors (``retries`` times) and nothing else; an answer, even an error, is
-never retried.
+Every call computes a pure function of its inputs, so sending one again is safe. The transport retries a
+connection that could not be made (``retries`` times). Of the answers, only an overloaded service's
+refusal is retried: a 503 or 429 whose ``Retry-After`` asks for a wait of at most ``most_retry_wait``
+seconds is sent again after that wait, ``overload_retries`` times at most (the service sheds load with
+such answers, refused before any computing, so that clients come back later rather than queue); any other
+answer, and one that asks for a longer wait, raises at once (its :attr:`ApiError.retry_after` says when).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -38,12 +43,18 @@ from attention_client._protocol import (
     json_default,
     malformed_answer,
     read_result,
+    retry_after_seconds,
 )
 from attention_client._spec import ModelSpec, Option, Output, ResultT
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 DEFAULT_RETRIES = 2
+DEFAULT_OVERLOAD_RETRIES = 2
+DEFAULT_MOST_RETRY_WAIT_SECONDS = 10.0
+# The refusals of an overloaded service (503 Service Unavailable, 429 Too Many Requests): with a Retry-After,
+# sent again once it has passed.
+OVERLOADED_STATUSES = frozenset({429, 503})
 
 Route = Literal["v1", "v2"]
 
@@ -209,6 +220,24 @@ def _array(output: Output, value: Any, precision: str | None) -> np.ndarray[Any,
     return array
 
 
+def overload_wait(
+    status: int, headers: Mapping[str, str], *, retries_left: int, most_wait: float
+) -> float | None:
+    """Seconds to wait before sending a call again that the service refused as overloaded, or None to raise
+    its error now: not such a refusal, no retries left, no ``Retry-After``, or one over ``most_wait``."""
+    if status not in OVERLOADED_STATUSES or retries_left <= 0:
+        return None
+    wait = retry_after_seconds(headers)
+    return wait if wait is not None and wait <= most_wait else None
+
+
+def _check_retries(overload_retries: int, most_retry_wait: float) -> None:
+    if isinstance(overload_retries, bool) or not isinstance(overload_retries, int) or overload_retries < 0:
+        raise InvalidInput("overload_retries", f"must be an integer >= 0, got {overload_retries!r}")
+    if not isinstance(most_retry_wait, int | float) or not 0 <= most_retry_wait < float("inf"):
+        raise InvalidInput("most_retry_wait", f"must be a number of seconds >= 0, got {most_retry_wait!r}")
+
+
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
@@ -261,7 +290,9 @@ class Client(SyncModels):
     """A connection pool to one service: ``with Client(url) as c: c.attention(q, k, v)``.
 
     ``base_url`` is the server root; ``timeout`` bounds each call (seconds: connect, each read and write);
-    ``retries`` retries a call whose connection could not be made. Errors the service answers raise
+    ``retries`` retries a call whose connection could not be made; ``overload_retries`` sends a call again
+    that an overloaded service refused (503 or 429) once its ``Retry-After`` has passed, when that is at most
+    ``most_retry_wait`` seconds (0 retries: raise at once). Errors the service answers raise
     :class:`ApiError`; arguments it would refuse, :class:`InvalidInput` before sending; a call that gets no
     answer, :class:`ConnectionFailed` or :class:`Timeout` (the httpx exception chained).
     """
@@ -273,9 +304,14 @@ class Client(SyncModels):
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         retries: int = DEFAULT_RETRIES,
+        overload_retries: int = DEFAULT_OVERLOAD_RETRIES,
+        most_retry_wait: float = DEFAULT_MOST_RETRY_WAIT_SECONDS,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         _check_base_url(base_url)
+        _check_retries(overload_retries, most_retry_wait)
+        self._overload_retries = overload_retries
+        self._most_retry_wait = float(most_retry_wait)
         self._http = httpx.Client(
             base_url=base_url,
             headers=_headers(api_key),
@@ -305,8 +341,14 @@ class Client(SyncModels):
 
     def _call(self, spec: ModelSpec[ResultT], arguments: dict[str, Any]) -> ResultT:
         prepared = prepare(spec, arguments)
-        status, headers, body = self._send("POST", prepared.call)
-        return finish(spec, prepared, status, headers, body)
+        retries_left = self._overload_retries
+        while True:
+            status, headers, body = self._send("POST", prepared.call)
+            wait = overload_wait(status, headers, retries_left=retries_left, most_wait=self._most_retry_wait)
+            if wait is None:
+                return finish(spec, prepared, status, headers, body)
+            retries_left -= 1
+            time.sleep(wait)
 
     def _get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
         return self._send("GET", Call(path=path, body=b"", headers={}))
@@ -339,9 +381,14 @@ class AsyncClient(AsyncModels):
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
         retries: int = DEFAULT_RETRIES,
+        overload_retries: int = DEFAULT_OVERLOAD_RETRIES,
+        most_retry_wait: float = DEFAULT_MOST_RETRY_WAIT_SECONDS,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         _check_base_url(base_url)
+        _check_retries(overload_retries, most_retry_wait)
+        self._overload_retries = overload_retries
+        self._most_retry_wait = float(most_retry_wait)
         self._http = httpx.AsyncClient(
             base_url=base_url,
             headers=_headers(api_key),
@@ -372,8 +419,14 @@ class AsyncClient(AsyncModels):
 
     async def _call(self, spec: ModelSpec[ResultT], arguments: dict[str, Any]) -> ResultT:
         prepared = prepare(spec, arguments)
-        status, headers, body = await self._send("POST", prepared.call)
-        return finish(spec, prepared, status, headers, body)
+        retries_left = self._overload_retries
+        while True:
+            status, headers, body = await self._send("POST", prepared.call)
+            wait = overload_wait(status, headers, retries_left=retries_left, most_wait=self._most_retry_wait)
+            if wait is None:
+                return finish(spec, prepared, status, headers, body)
+            retries_left -= 1
+            await asyncio.sleep(wait)
 
     async def _get(self, path: str) -> tuple[int, httpx.Headers, bytes]:
         return await self._send("GET", Call(path=path, body=b"", headers={}))

@@ -7,7 +7,8 @@ class ApiError(Exception):
     """The service refused or failed a call: ``status``, ``title``, ``detail`` and the fields to blame.
 
     ``errors`` maps each offending field (an input tensor such as ``"key"``, or a parameter such as
-    ``"temperature"``) to its messages, as the service's problem documents do.
+    ``"temperature"``) to its messages, as the service's problem documents do. ``retry_after`` is the
+    answer's ``Retry-After`` in seconds (an overloaded service's 503 says when to try again), else None.
     """
 
     def __init__(
@@ -19,6 +20,7 @@ class ApiError(Exception):
         errors: dict[str, list[str]] | None = None,
         type: str = "about:blank",
         request_id: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{status} {title}: {detail}")
         self.status = status
@@ -27,6 +29,7 @@ class ApiError(Exception):
         self.errors = errors or {}
         self.type = type
         self.request_id = request_id
+        self.retry_after = retry_after
 
 
 class MalformedAnswerError(ApiError):

@@ -7,6 +7,8 @@ client use these functions, so they send and read exactly the same bytes.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -183,6 +185,7 @@ def malformed_answer(
         f"The answer is not a well-formed infer answer (HTTP {status}, {kind}, {len(body)} bytes): "
         f"{problem}. It starts: {start!r}",
         request_id=headers.get("X-Request-ID"),
+        retry_after=retry_after_seconds(headers),
     )
 
 
@@ -205,4 +208,24 @@ def error_from(status: int, headers: Mapping[str, str], body: bytes) -> ApiError
         errors=errors if isinstance(errors, dict) else {},
         type=str(problem.get("type", "about:blank")),
         request_id=problem.get("request_id"),
+        retry_after=retry_after_seconds(headers),
     )
+
+
+def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
+    """An answer's ``Retry-After`` as seconds from now: delta-seconds or an HTTP-date (RFC 9110, section
+    10.2.3; a date in the past is 0). None when it has none, or none that reads as either."""
+    value = next((value for name, value in headers.items() if name.lower() == "retry-after"), None)
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # not the GMT an HTTP-date must be in
+        return None
+    now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 (the client runs on 3.10, without datetime.UTC)
+    return max(0.0, (when - now).total_seconds())
