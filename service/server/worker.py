@@ -24,9 +24,9 @@ worker. What it lacks, and this subclass adds through the worker's public method
   is ended, its place in the queue of bodies free again.
 - **``100 Continue`` only for a body the app reads.** gunicorn answers ``Expect: 100-continue`` as soon as
   it has the head; here the 100 waits for the app's first read of the body (:class:`ClientSocket`), so a
-  body the app refuses from its head (404, 405, 415, 401, 413, or 503 when no room comes for it in the
-  worker's memory budget in time) is never asked for, and one that has to wait for room is asked for once
-  it has it.
+  body the app refuses without reading it (401, 404, 405, 413, 415, or 503 when no room comes for it in
+  the worker's memory budget in time) is never asked for, and one that has to wait for room is asked for
+  once it has it.
 - **New connections taken in bursts when the loop lags.** With several workers on one listening socket,
   gunicorn has each accept one connection per wake-up of its loop, so that one worker does not take a whole
   burst; but a worker busy with kept-alive connections turns its loop once per round of them, so a burst of
@@ -91,6 +91,7 @@ MOST_ANSWER_WAITS = 30
 LINGER_READ_BYTES = 64 * 1024
 # gunicorn's interim answer to a head with ``Expect: 100-continue`` (ClientSocket holds it back).
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+INTERIM = b"HTTP/1.1 1"  # how every interim (1xx) answer's head starts
 # A worker sharing the listening socket accepts one more connection per wake-up for each of these seconds its
 # loop lags, up to the most: a connection waits about one turn of a busy loop instead of one turn per
 # connection ahead of it. The loop's lag is measured every PACE_SECONDS; a worker left with no connection
@@ -228,8 +229,8 @@ class ClientSocket:
     405, 415 or 401. RFC 9110 (section 10.1.1) wants the final answer instead whenever the head decides it.
     Here the 100 is held back (:meth:`send`: it is gunicorn's one write that does not go through
     ``sendall``) and sent at the body's first read (:meth:`recv`), as Go's net/http and Tomcat's
-    ``continueResponseTiming="onRead"`` do; an answer given before then goes without it. (Not under TLS,
-    where gunicorn's TLS socket wraps this one and the 100 arrives here encrypted.)"""
+    ``continueResponseTiming="onRead"`` do; a final answer given before then goes without it. (Under TLS
+    too: gevent's server hands the worker a socket already wrapped for TLS, and this one wraps that.)"""
 
     def __init__(self, sock: Any, *, answer_timeout: float | None, on_stalled: Callable[[], None]) -> None:
         self.sock = sock
@@ -259,6 +260,7 @@ class ClientSocket:
 
     def recv(self, *arguments: Any) -> bytes:
         if self._continue_due:  # the app reads the body: now the client may send it
+            self._continue_due = False
             self.sendall(CONTINUE)
         data: bytes = self.sock.recv(*arguments)
         self.bytes_received += len(data)
@@ -269,9 +271,10 @@ class ClientSocket:
         return data
 
     def sendall(self, data: Any) -> None:
-        # An answer (or the 100 Continue itself): a final answer given before the body was read replaces the
-        # 100, so the client need not send the body at all (RFC 9110, section 10.1.1).
-        self._continue_due = False
+        if self._continue_due and not _interim(data):
+            # A final answer given before the body was read replaces the 100, so the client need not send
+            # the body at all (RFC 9110, section 10.1.1). Another interim answer (103 Early Hints) does not.
+            self._continue_due = False
         if self._answer_timeout is None:
             self.sock.sendall(data)
             return
@@ -358,6 +361,11 @@ class ClientSocket:
 # timeout, it only looks.
 _POLL = gevent.monkey.get_original("select", "poll")
 _POLLRDHUP = getattr(select, "POLLRDHUP", 0)  # Linux's "the peer closed its side"; elsewhere only resets
+
+
+def _interim(data: Any) -> bool:
+    """Whether ``data`` is an interim (1xx) answer's head."""
+    return bytes(memoryview(data)[: len(INTERIM)]) == INTERIM
 
 
 def _hangups(sock: Any) -> int:
@@ -619,7 +627,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # connection after it
         on_close_request(lambda: setattr(req, "must_close", True))
         on_waits(self.idle)
-        counted = sock if isinstance(sock, ClientSocket) else None  # (not one gunicorn wrapped for TLS)
+        counted = sock if isinstance(sock, ClientSocket) else None  # (one this worker's handle() wrapped)
         on_bytes_received(None if counted is None else lambda: counted.bytes_received)
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
