@@ -29,7 +29,8 @@ MAX_CACHED = 1024
 # safelisted response headers are readable unless exposed), or it can neither send nor split binary bodies.
 BINARY_HEADER_LENGTH = "Inference-Header-Content-Length"
 ALLOW_HEADERS = ["Content-Type", "Authorization", "X-Request-ID", BINARY_HEADER_LENGTH]
-EXPOSE_HEADERS = ["X-Request-ID", BINARY_HEADER_LENGTH]
+# Retry-After too: an overloaded service's 503 says in it when to come back (the JS client waits for it).
+EXPOSE_HEADERS = ["X-Request-ID", BINARY_HEADER_LENGTH, "Retry-After"]
 _CacheKey = tuple[str | None, str | None, str | None, str | None, str | None]
 
 

@@ -9,6 +9,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from service import create_app
+from service.web.admission import Reservation, admission_of
 from service.web.cors import ALLOW_HEADERS, EXPOSE_HEADERS
 
 PREFLIGHT = {
@@ -155,3 +156,34 @@ def test_a_page_elsewhere_may_send_and_split_binary_v2_requests(origins: list[st
     assert json.loads(answer.get_data()[:length])["outputs"][0]["name"] == "probabilities"
     exposed = {name.strip().lower() for name in answer.headers["Access-Control-Expose-Headers"].split(",")}
     assert {"inference-header-content-length", "x-request-id"} <= exposed
+
+
+@pytest.mark.parametrize("origins", [["*"], ["https://teaching.example"]])
+def test_a_page_elsewhere_can_read_when_an_overloaded_service_says_to_come_back(origins: list[str]) -> None:
+    """The 503's Retry-After is what the JS client waits for; unexposed, a page on another origin reads
+    null (only CORS-safelisted response headers are readable unless exposed)."""
+    app = create_app(
+        {
+            "TESTING": True,
+            "CORS_ORIGINS": origins,
+            "ACCESS_LOG": False,
+            "MEMORY_BUDGET_BYTES": 64 << 20,
+            "COMPUTE_QUEUE_SECONDS": 0.1,
+        }
+    )
+    admission = admission_of(app)
+    assert admission is not None
+    holder = Reservation(admission)
+    assert holder.take(64 << 20)  # the whole budget: the worked example's body waits, then is refused
+    try:
+        answer = app.test_client().post(
+            "/v1/attention",
+            json={"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]},
+            headers={"Origin": "https://teaching.example"},
+        )
+    finally:
+        holder.release()
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"] == "1"
+    exposed = {name.strip().lower() for name in answer.headers["Access-Control-Expose-Headers"].split(",")}
+    assert "retry-after" in exposed
