@@ -4,8 +4,9 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
 
 - **One memory budget** (``MEMORY_BUDGET_BYTES``) shared by everything the process holds for its requests:
   bodies being read, computations, and answers being written reserve from it and give their share back when
-  the answer has been sent. A body is refused from its headers, before any of its bytes are read: 413 over
-  ``MAX_BODY_BYTES``, 503 ``overloaded`` when no room comes free for it in time. Uploads larger than
+  the answer has been sent. A body over ``MAX_BODY_BYTES`` is refused from its headers (413); its room is
+  taken as the app starts to read it, before any of its bytes are read, so a request answered without
+  reading its body takes none; 503 ``overloaded`` when no room comes free for it in time. Uploads larger than
   :data:`SMALL_BODY_BYTES` may hold at most :data:`UPLOAD_SHARE` of the budget between them, and they and
   the computations leave :data:`SMALL_REQUEST_SHARE` of it to small requests, so neither a crowd of held
   uploads nor the largest computation keeps the worked example out. A body that does not fit now waits for
@@ -995,10 +996,12 @@ def _close_if_body_unread(request: Request, g: RequestGlobals, response: Respons
 
 
 def _admit_body(request: Request, g: RequestGlobals) -> None:
-    """Refuse a body from its headers (413; 503 when no room comes free for it in time), else set its
-    deadline once it has room: the wait for room is not the client's, and does not count against it. A
-    request refused whatever its body (no route, not its method; no API key, checked before this step)
-    holds no room: it is answered without reading the body, and its connection closed."""
+    """Refuse a body over ``MAX_BODY_BYTES`` from its headers (413), and have its room in the memory budget
+    taken when it is first read (:func:`_take_room`), not before: a request answered without reading its
+    body (no route, not its method, no API key, a media type or content coding its route does not take)
+    takes no room and no place among the bodies waiting for it, whatever its ``Content-Length``, and its
+    connection is closed after the answer. (Taken here, such requests waited for room under memory pressure
+    and were then refused 503, not 401, 404 or 415; clients without a key could fill the queue of bodies.)"""
     reservation: Reservation | None = request.environ.get(_RESERVATION_KEY)
     if reservation is None:
         return
@@ -1007,21 +1010,32 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
     request.max_content_length = admission.limits.max_body_bytes
     if request.content_length in (None, 0) and not _is_chunked(request.environ):
         return
-    if request.routing_exception is not None:
-        return  # answered 404, 405 or a redirect without reading the body (then closed): it needs no room
     length = request.content_length
+    refusal = body_too_large(admission, length)
+    if refusal is not None:
+        close_connection_after_answer()
+        raise refusal
+    counted = counting_input(request.environ)
     size = body_reservation(admission.limits, length)
+    take = functools.partial(_take_room, reservation, size, framing_header(chunked=length is None), counted)
+    if counted is None:  # (an app without body counting: taken now)
+        take()
+    else:
+        counted.before_first_read(take)
+
+
+def _take_room(reservation: Reservation, size: int, framing: str, counted: CountingInput | None) -> None:
+    """Take ``size`` bytes of room for a body about to be read (503 when none comes free in time), then
+    start its deadline: the wait for room is not the client's, and does not count against it. Under the
+    gevent worker a body sent with ``Expect: 100-continue`` is asked for only after this, at its first
+    read."""
     try:
-        refusal = body_too_large(admission, length)
-        if refusal is not None:
-            raise refusal
-        reservation.take_body(size, framing=framing_header(chunked=length is None))
+        reservation.take_body(size, framing=framing)
     except Problem:
         close_connection_after_answer()
         raise
-    counted = counting_input(request.environ)
     if counted is not None:
-        limits = admission.limits
+        limits = reservation.admission.limits
         counted.set_deadline(
             size, grace_seconds=limits.body_timeout_seconds, bytes_per_second=limits.body_min_bytes_per_second
         )

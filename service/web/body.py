@@ -97,6 +97,12 @@ class CountingInput:
         self._bytes_per_second = math.inf
         self.timed_out = False
         self.ended = False  # a read returned less than it asked for: the body has no byte left
+        self._before_first_read: Callable[[], None] | None = None
+
+    def before_first_read(self, step: Callable[[], None]) -> None:
+        """Have ``step`` run once, just before the body's first read, whose errors it may raise (admission
+        takes the body's room in the memory budget there: a request answered unread takes none)."""
+        self._before_first_read = step
 
     def set_deadline(self, length: int, *, grace_seconds: float, bytes_per_second: float) -> None:
         """From now, the body's first byte may take ``grace_seconds``, then it must keep up with the rate.
@@ -192,6 +198,9 @@ class CountingInput:
 
     def _counted(self, read: Callable[..., bytes], size: int | None) -> bytes:
         """``read(size)`` within the deadline, counted; the server's framing errors become a 400."""
+        if self._before_first_read is not None:
+            step, self._before_first_read = self._before_first_read, None
+            step()
         try:
             due = self._due(size)
             if due is None or not under_gevent():

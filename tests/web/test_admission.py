@@ -320,14 +320,23 @@ def test_a_body_the_budget_cannot_take_in_time_is_503_before_it_is_read_and_clos
         ("POST", "/v1/softmax", {"Authorization": "Bearer wrong-key"}, 401),
         ("POST", "/v1/sofmax", {"Authorization": "Bearer the-key"}, 404),
         ("PUT", "/v1/softmax", {"Authorization": "Bearer the-key"}, 405),
+        ("POST", "/v1/softmax", {"Authorization": "Bearer the-key", "Content-Type": "text/plain"}, 415),
+        ("POST", "/v1/softmax", {"Authorization": "Bearer the-key", "Content-Encoding": "br"}, 415),
+        (
+            "POST",
+            "/v2/models/softmax/infer",
+            {"Authorization": "Bearer the-key", "Content-Type": "text/csv"},
+            415,
+        ),
     ],
 )
 def test_a_body_refused_from_its_head_neither_holds_room_nor_waits_for_it(
     method: str, path: str, headers: dict[str, str], status: int
 ) -> None:
-    """Refused for its key or its route whatever its body, a request must not take room in the budget or a
-    place among the bodies waiting for it: it waited for room first, then was refused 503 (so clients
-    without a key could fill the queue of bodies and keep out those with one)."""
+    """Refused for its key, its route, its media type or its content coding whatever its body, a request
+    must not take room in the budget or a place among the bodies waiting for it: it waited for room first,
+    then was refused 503 (so clients without a key could fill the queue of bodies and keep out those with
+    one)."""
     app = create_app(
         {
             "TESTING": True,
@@ -344,7 +353,9 @@ def test_a_body_refused_from_its_head_neither_holds_room_nor_waits_for_it(
     assert holder.take(60 * MIB)  # no room for the 8 MB body
     try:
         body = b'{"logits": [' + b"1.0," * 2_000_000 + b"1.0]}"
-        answer = client.open(path, method=method, data=body, content_type="application/json", headers=headers)
+        answer = client.open(
+            path, method=method, data=body, headers={"Content-Type": "application/json", **headers}
+        )
         assert_problem(answer, status)
         assert take_close_request()  # closed rather than drained
         assert admission.held_bytes == 60 * MIB
@@ -565,14 +576,19 @@ def test_what_a_request_held_goes_back_even_when_its_answers_close_raises(app: F
     admission = admission_of(app)
     assert admission is not None
     client = app.test_client()
-    # A 415: its body is reserved from its headers, and left unread.
-    answer = client.post("/v1/attention", data=b'{"query": [0, 1]}', content_type="text/plain")
-    assert answer.status_code == 415
+    # A 422: its body was read, so its room was taken, and it is held until the answer is closed.
+    answer = client.post("/v1/attention", json={"query": "x"})
+    assert answer.status_code == 422
     assert admission.held_bytes > 0
     with pytest.raises(OSError, match="broken pipe"):
         answer.close()
     assert (admission.held_bytes, admission.upload_bytes) == (0, 0)
-    assert take_close_request()  # and the unread body's connection is closed all the same
+    # A 415 is answered without reading its body (which takes no room): its connection is closed all the same.
+    unread = client.post("/v1/attention", data=b'{"query": [0, 1]}', content_type="text/plain")
+    assert unread.status_code == 415
+    with pytest.raises(OSError, match="broken pipe"):
+        unread.close()
+    assert take_close_request()
 
 
 def test_a_body_limit_no_budget_could_hold_is_refused_at_start() -> None:
