@@ -5,18 +5,29 @@
 //   const answer = await attention({ query: [0, 1], key: [[1, 0], [0, 1]], value: [[6, 0], [0, 3]] });
 //
 // Every function takes the request body (as in openapi.yaml) and options { baseUrl, signal, overloadRetries,
-// mostRetryWait }, and resolves to the response body. A refused request (application/problem+json) rejects
-// with an ApiError that carries the HTTP status, the messages per request field (`errors`) and the answer's
-// Retry-After in seconds (`retryAfter`); a service that cannot be reached rejects with an ApiError of
-// status 0. An overloaded service's refusal (503 or 429) whose Retry-After is at most `mostRetryWait` seconds
-// (10) is sent again once that has passed, `overloadRetries` times (2): the service sheds load so that
-// clients come back later, and every call is a pure function of its body. Aborting `signal` ends the wait.
+// mostRetryWait, onRetry }, and resolves to the response body. A refused request (application/problem+json)
+// rejects with an ApiError that carries the HTTP status, the messages per request field (`errors`) and the
+// answer's Retry-After in seconds (`retryAfter`); a service that cannot be reached rejects with an ApiError
+// of status 0. An overloaded service's refusal (503 or 429) whose Retry-After is at most `mostRetryWait`
+// seconds (10) is sent again once that has passed (and up to a fifth of it more, at random, so that clients
+// refused together do not all come back together), `overloadRetries` times (2): the service sheds load so
+// that clients come back later, and every call is a pure function of its body. `onRetry({ wait, error })`
+// is told before each wait (the widgets say the service is busy); aborting `signal` ends the call, waiting
+// or not, with the abort's reason.
 
 /** The service this module was served from: the default base URL of every call. */
 export const DEFAULT_BASE_URL = new URL("..", import.meta.url).href.replace(/\/$/, "");
 export const DEFAULT_OVERLOAD_RETRIES = 2;
 export const DEFAULT_MOST_RETRY_WAIT = 10; // seconds
 const OVERLOADED = new Set([429, 503]); // refusals sent again once their Retry-After has passed
+const RETRY_JITTER = 0.2;
+const LONGEST_TIMER_MS = 2 ** 31 - 1; // setTimeout's limit (about 24.8 days): a longer delay fires at once
+// The three forms of an HTTP-date (RFC 9110, section 5.6.7), which a recipient must all accept; all in GMT.
+const HTTP_DATE = [
+  /^[A-Z][a-z]{2}, \d{2} [A-Z][a-z]{2} \d{4} \d{2}:\d{2}:\d{2} GMT$/, // Sun, 06 Nov 1994 08:49:37 GMT
+  /^[A-Z][a-z]{5,8}, \d{2}-[A-Z][a-z]{2}-\d{2} \d{2}:\d{2}:\d{2} GMT$/, // Sunday, 06-Nov-94 08:49:37 GMT
+  /^[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/, // Sun Nov  6 08:49:37 1994
+];
 
 /**
  * A refused request: `status`, `title`, `detail`, `type`, `requestId` and `errors` ({ field: [messages] }),
@@ -51,7 +62,8 @@ export class ApiError extends Error {
 export function retryAfterSeconds(value) {
   const text = (value ?? "").trim();
   if (/^[0-9]+$/.test(text)) return Number(text);
-  const when = text.endsWith(" GMT") ? Date.parse(text) : NaN;
+  if (!HTTP_DATE.some((form) => form.test(text))) return null;
+  const when = Date.parse(text.endsWith(" GMT") ? text : `${text} GMT`);
   return Number.isNaN(when) ? null : Math.max(0, (when - Date.now()) / 1000);
 }
 
@@ -67,14 +79,23 @@ export async function postJson(
     signal,
     overloadRetries = DEFAULT_OVERLOAD_RETRIES,
     mostRetryWait = DEFAULT_MOST_RETRY_WAIT,
+    onRetry,
   } = {},
 ) {
+  if (!Number.isInteger(overloadRetries) || overloadRetries < 0) {
+    throw new TypeError(`overloadRetries must be an integer >= 0, got ${overloadRetries}`);
+  }
+  if (!Number.isFinite(mostRetryWait) || mostRetryWait < 0) {
+    throw new TypeError(`mostRetryWait must be a number of seconds >= 0, got ${mostRetryWait}`);
+  }
   for (let retriesLeft = overloadRetries; ; retriesLeft -= 1) {
     try {
       return await postOnce(path, body, baseUrl, signal);
     } catch (error) {
-      const wait = error instanceof ApiError && OVERLOADED.has(error.status) ? error.retryAfter : null;
-      if (wait === null || wait > mostRetryWait || retriesLeft <= 0) throw error;
+      const asked = error instanceof ApiError && OVERLOADED.has(error.status) ? error.retryAfter : null;
+      if (asked === null || asked > mostRetryWait || retriesLeft <= 0) throw error;
+      const wait = asked * (1 + RETRY_JITTER * Math.random());
+      onRetry?.({ wait, error });
       await sleep(wait, signal);
     }
   }
@@ -91,10 +112,13 @@ function sleep(seconds, signal) {
       clearTimeout(timer);
       reject(signal.reason);
     };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", aborted);
-      resolve();
-    }, seconds * 1000);
+    const timer = setTimeout(
+      () => {
+        signal?.removeEventListener("abort", aborted);
+        resolve();
+      },
+      Math.min(seconds * 1000, LONGEST_TIMER_MS),
+    );
     signal?.addEventListener("abort", aborted, { once: true });
   });
 }
@@ -110,6 +134,7 @@ async function postOnce(path, body, baseUrl, signal) {
       signal,
     });
   } catch (error) {
+    if (signal?.aborted) throw signal.reason ?? error; // as the wait rejects: whatever the abort gave
     if (error.name === "AbortError") throw error;
     throw new ApiError({
       status: 0,

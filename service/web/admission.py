@@ -1010,6 +1010,8 @@ def _admit_body(request: Request, g: RequestGlobals) -> None:
     request.max_content_length = admission.limits.max_body_bytes
     if request.content_length in (None, 0) and not _is_chunked(request.environ):
         return
+    if request.routing_exception is not None:
+        return  # a wrong path or method is said as such (404, 405), not as a body too large
     length = request.content_length
     refusal = body_too_large(admission, length)
     if refusal is not None:

@@ -17,6 +17,13 @@ from service.web.admission import Reservation, admission_of
 from tests.browser.conftest import Watch, serve, serve_page
 
 WORKED = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+# A hand-made overloaded refusal, with the CORS headers the service sends on its own.
+OVERLOADED_HEADERS = {
+    "Content-Type": "application/problem+json",
+    "Retry-After": "2",
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "X-Request-ID, Inference-Header-Content-Length, Retry-After",
+}
 CALL = """async ([base, body, options]) => {
     const { attention, ApiError } = await import(base + "/static/client.js");
     const controller = new AbortController();
@@ -103,12 +110,7 @@ def test_aborting_ends_the_wait_for_a_retry(page: Any, base_url: str, elsewhere:
     """A refusal that asks for a minute (hand-made, with the service's CORS headers), which the call allows:
     aborting it 0.3 s in ends the wait at once (ignored, the call would end a minute later)."""
     watch.expected.append("status of 503")
-    headers = {
-        "Content-Type": "application/problem+json",
-        "Retry-After": "60",
-        "Access-Control-Allow-Origin": "*",
-        "Access-Control-Expose-Headers": "X-Request-ID, Inference-Header-Content-Length, Retry-After",
-    }
+    headers = {**OVERLOADED_HEADERS, "Retry-After": "60"}
     statuses: list[int] = []
 
     def refuse(route: Any) -> None:
@@ -128,3 +130,66 @@ def test_aborting_ends_the_wait_for_a_retry(page: Any, base_url: str, elsewhere:
     page.wait_for_function("window.__result !== undefined", timeout=15_000)  # a minute if not ended
     assert page.evaluate("window.__result.error.name") == "AbortError"
     assert statuses == [503]
+
+
+@pytest.fixture
+def widget_elsewhere(base_url: str) -> Iterator[str]:
+    """A page on a second loopback origin holding one widget of the service."""
+    yield from serve_page(
+        '<!doctype html><html lang="en"><head><title>A widget elsewhere</title>'
+        f'<script type="module" src="{base_url}/static/widgets.js"></script></head>'
+        f'<body><softmax-temperature api="{base_url}"></softmax-temperature></body></html>'
+    )
+
+
+def test_a_widget_says_the_service_is_busy_while_it_waits_to_ask_again(
+    page: Any, base_url: str, widget_elsewhere: str, watch: Watch
+) -> None:
+    """The first request of a widget on another origin is refused as overloaded (hand-made, asking for 2 s):
+    the card says so while it waits, then shows the answer with the notice gone."""
+    watch.expected.append("status of 503")
+    refused: list[str] = []
+
+    def first_refused(route: Any) -> None:
+        if route.request.method != "POST" or refused:
+            route.continue_()
+            return
+        refused.append(route.request.url)
+        route.fulfill(status=503, headers=OVERLOADED_HEADERS, body='{"title": "Overloaded", "status": 503}')
+
+    page.route(base_url + "/v1/softmax", first_refused)
+    page.goto(widget_elsewhere + "/")
+    card = "document.querySelector('softmax-temperature')?.shadowRoot"
+    notice = f"{card}?.querySelector('.error.general')"
+    page.wait_for_function(f"({notice}?.textContent ?? '').includes('busy')")
+    said = page.evaluate(f"{notice}.textContent")
+    assert said in {f"The service is busy; asking again in {s} s." for s in (2, 3)}  # 2 s and the jitter
+    page.wait_for_function("document.querySelector('softmax-temperature').dataset.state === 'ready'")
+    assert page.evaluate(f"{notice}.textContent") == ""
+    assert page.evaluate("document.querySelector('softmax-temperature').hasAttribute('aria-busy')") is False
+    assert page.evaluate(f"{card}.querySelector('.output').childElementCount") > 0  # the answer, drawn
+    assert len(refused) == 1
+
+
+def test_retry_options_are_checked_and_retry_after_read_in_its_forms(
+    page: Any, base_url: str, elsewhere: str
+) -> None:
+    page.goto(elsewhere + "/")
+    result = page.evaluate(
+        """async base => {
+            const { softmax, retryAfterSeconds } = await import(base + "/static/client.js");
+            const refused = [];
+            const bad = [{ overloadRetries: NaN }, { overloadRetries: -1 }, { overloadRetries: 1.5 },
+                         { mostRetryWait: Infinity }, { mostRetryWait: "10" }];
+            for (const options of bad) {
+                try { await softmax({ logits: [1] }, options); refused.push(null); }
+                catch (error) { refused.push(error.name); }
+            }
+            const forms = ["7", " 0 ", "Sun, 06 Nov 1994 08:49:37 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+                           "Sun Nov  6 08:49:37 1994", "5 GMT", "12 GMT", "soon", "1.5", "-1", "", null];
+            return { refused, read: forms.map(retryAfterSeconds) };
+        }""",
+        base_url,
+    )
+    assert result["refused"] == ["TypeError"] * 5
+    assert result["read"] == [7, 0, 0, 0, 0, None, None, None, None, None, None, None]

@@ -363,6 +363,18 @@ def test_a_body_refused_from_its_head_neither_holds_room_nor_waits_for_it(
         holder.release()
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status"), [("POST", "/v1/sofmax", 404), ("GET", "/v1/softmax", 405)]
+)
+def test_a_wrong_path_or_method_is_said_before_a_body_too_large(method: str, path: str, status: int) -> None:
+    app = create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 64 * MIB, "MAX_CONTENT_LENGTH": 8 * MIB})
+    answer = app.test_client().open(
+        path, method=method, data=b"1" * (8 * MIB + 1), content_type="application/json"
+    )
+    assert_problem(answer, status)
+    assert take_close_request()  # the body is not read
+
+
 def test_readyz_is_not_ready_while_every_compute_slot_is_busy(app: Flask) -> None:
     client = app.test_client()
     admission = admission_of(app)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -55,6 +56,9 @@ DEFAULT_MOST_RETRY_WAIT_SECONDS = 10.0
 # The refusals of an overloaded service (503 Service Unavailable, 429 Too Many Requests): with a Retry-After,
 # sent again once it has passed.
 OVERLOADED_STATUSES = frozenset({429, 503})
+# Up to this share of the Retry-After is waited on top of it, at random: clients refused at the same moment
+# are told the same whole second, and would otherwise all come back together.
+RETRY_JITTER = 0.2
 
 Route = Literal["v1", "v2"]
 
@@ -223,18 +227,25 @@ def _array(output: Output, value: Any, precision: str | None) -> np.ndarray[Any,
 def overload_wait(
     status: int, headers: Mapping[str, str], *, retries_left: int, most_wait: float
 ) -> float | None:
-    """Seconds to wait before sending a call again that the service refused as overloaded, or None to raise
-    its error now: not such a refusal, no retries left, no ``Retry-After``, or one over ``most_wait``."""
+    """Seconds to wait before sending a call again that the service refused as overloaded (its
+    ``Retry-After`` and up to :data:`RETRY_JITTER` of it more), or None to raise its error now: not such a
+    refusal, no retries left, no ``Retry-After``, or one over ``most_wait``."""
     if status not in OVERLOADED_STATUSES or retries_left <= 0:
         return None
     wait = retry_after_seconds(headers)
-    return wait if wait is not None and wait <= most_wait else None
+    if wait is None or wait > most_wait:
+        return None
+    return wait * (1 + RETRY_JITTER * random.random())
 
 
 def _check_retries(overload_retries: int, most_retry_wait: float) -> None:
     if isinstance(overload_retries, bool) or not isinstance(overload_retries, int) or overload_retries < 0:
         raise InvalidInput("overload_retries", f"must be an integer >= 0, got {overload_retries!r}")
-    if not isinstance(most_retry_wait, int | float) or not 0 <= most_retry_wait < float("inf"):
+    if (
+        isinstance(most_retry_wait, bool)
+        or not isinstance(most_retry_wait, int | float)
+        or not 0 <= most_retry_wait < float("inf")
+    ):
         raise InvalidInput("most_retry_wait", f"must be a number of seconds >= 0, got {most_retry_wait!r}")
 
 
@@ -289,12 +300,13 @@ def _metadata_path(model: str | None) -> str:
 class Client(SyncModels):
     """A connection pool to one service: ``with Client(url) as c: c.attention(q, k, v)``.
 
-    ``base_url`` is the server root; ``timeout`` bounds each call (seconds: connect, each read and write);
-    ``retries`` retries a call whose connection could not be made; ``overload_retries`` sends a call again
-    that an overloaded service refused (503 or 429) once its ``Retry-After`` has passed, when that is at most
-    ``most_retry_wait`` seconds (0 retries: raise at once). Errors the service answers raise
-    :class:`ApiError`; arguments it would refuse, :class:`InvalidInput` before sending; a call that gets no
-    answer, :class:`ConnectionFailed` or :class:`Timeout` (the httpx exception chained).
+    ``base_url`` is the server root; ``timeout`` bounds each request (seconds: connect, each read and
+    write); ``retries`` retries a request whose connection could not be made; ``overload_retries`` sends a
+    call again that an overloaded service refused (503 or 429) once its ``Retry-After`` has passed (and up to
+    a fifth of it more, at random), when that is at most ``most_retry_wait`` seconds (0 retries: raise at
+    once). So a call may take ``overload_retries + 1`` requests and those waits. Errors the service answers
+    raise :class:`ApiError`; arguments it would refuse, :class:`InvalidInput` before sending; a call that gets
+    no answer, :class:`ConnectionFailed` or :class:`Timeout` (the httpx exception chained).
     """
 
     def __init__(

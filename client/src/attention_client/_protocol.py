@@ -214,7 +214,8 @@ def error_from(status: int, headers: Mapping[str, str], body: bytes) -> ApiError
 
 def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     """An answer's ``Retry-After`` as seconds from now: delta-seconds or an HTTP-date (RFC 9110, section
-    10.2.3; a date in the past is 0). None when it has none, or none that reads as either."""
+    10.2.3, in any of its three formats; a date in the past is 0). None when it has none, or none that reads
+    as either."""
     value = next((value for name, value in headers.items() if name.lower() == "retry-after"), None)
     if value is None:
         return None
@@ -225,7 +226,7 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if when.tzinfo is None:  # not the GMT an HTTP-date must be in
-        return None
+    if when.tzinfo is None:  # asctime's format has no zone: an HTTP-date is always in GMT
+        when = when.replace(tzinfo=datetime.timezone.utc)  # noqa: UP017 (see below)
     now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 (the client runs on 3.10, without datetime.UTC)
     return max(0.0, (when - now).total_seconds())

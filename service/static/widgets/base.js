@@ -200,6 +200,12 @@ export class ServiceWidget extends HTMLElement {
     this.update();
   }
 
+  /** Taken out of the page: the requests in flight (and their waits to ask again) stop. */
+  disconnectedCallback() {
+    this.pending?.abort();
+    this.pending = null;
+  }
+
   attributeChangedCallback() {
     if (this.state === null) return; // the first connect builds with every attribute already set
     this.build();
@@ -257,7 +263,14 @@ export class ServiceWidget extends HTMLElement {
     const controller = new AbortController();
     this.pending = controller;
     this.setAttribute("aria-busy", "true");
-    ask({ baseUrl: this.apiBase, signal: controller.signal }).then(
+    // An overloaded service says when to ask again: the card says the service is busy meanwhile, rather
+    // than leave an earlier error (a field the user has since fixed) beside a faded answer.
+    const onRetry = ({ wait }) => {
+      if (generation !== this.generation) return;
+      this.clearErrors();
+      this.generalError.textContent = `The service is busy; asking again in ${Math.ceil(wait)} s.`;
+    };
+    ask({ baseUrl: this.apiBase, signal: controller.signal, onRetry }).then(
       (answer) => {
         if (generation !== this.generation) return;
         this.clearErrors();
@@ -268,6 +281,7 @@ export class ServiceWidget extends HTMLElement {
       },
       (error) => {
         if (error.name === "AbortError" || generation !== this.generation) return;
+        controller.abort(); // the round's other requests, if any (attention-heatmap asks three at once)
         this.output.classList.add("stale");
         this.showError(error);
         this.settle();
