@@ -46,8 +46,7 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     install_request_ids(app)
     install_tracing(app)  # the server span starts here, with the request id (OTEL_* variables; else nothing)
     install_body_counting(app)  # before the access log and metrics, which report the bytes read
-    # Before admission: a request without its key takes no room in the memory budget, nor a place among the
-    # bodies waiting for it (clients without a key could otherwise fill that queue).
+    # Before admission: a client without a key is told so (401), whatever its body (not 413 for its size).
     install_api_keys(app)
     install_admission(app)  # after body counting: it gives each admitted body its deadline
     install_access_log(app)
