@@ -364,12 +364,18 @@ def test_a_body_refused_from_its_head_neither_holds_room_nor_waits_for_it(
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "status"), [("POST", "/v1/sofmax", 404), ("GET", "/v1/softmax", 405)]
+    ("method", "path", "key", "status"),
+    [("POST", "/v1/sofmax", "k", 404), ("GET", "/v1/softmax", "k", 405), ("POST", "/v1/softmax", None, 401)],
 )
-def test_a_wrong_path_or_method_is_said_before_a_body_too_large(method: str, path: str, status: int) -> None:
-    app = create_app({"TESTING": True, "MEMORY_BUDGET_BYTES": 64 * MIB, "MAX_CONTENT_LENGTH": 8 * MIB})
+def test_a_wrong_path_method_or_key_is_said_before_a_body_too_large(
+    method: str, path: str, key: str | None, status: int
+) -> None:
+    app = create_app(
+        {"TESTING": True, "MEMORY_BUDGET_BYTES": 64 * MIB, "MAX_CONTENT_LENGTH": 8 * MIB, "API_KEYS": ["k"]}
+    )
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     answer = app.test_client().open(
-        path, method=method, data=b"1" * (8 * MIB + 1), content_type="application/json"
+        path, method=method, data=b"1" * (8 * MIB + 1), content_type="application/json", headers=headers
     )
     assert_problem(answer, status)
     assert take_close_request()  # the body is not read
