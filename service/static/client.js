@@ -143,6 +143,7 @@ async function postOnce(path, body, baseUrl, signal) {
     });
   }
   const type = response.headers.get("Content-Type") || "";
+  const retryAfter = retryAfterSeconds(response.headers.get("Retry-After"));
   const answer = type.includes("json") ? await response.json() : null;
   if (response.ok && answer !== null) return answer;
   if (answer !== null && type.includes("application/problem+json")) {
@@ -153,14 +154,14 @@ async function postOnce(path, body, baseUrl, signal) {
       errors: answer.errors ?? {},
       type: answer.type,
       requestId: answer.request_id,
-      retryAfter: retryAfterSeconds(response.headers.get("Retry-After")),
+      retryAfter,
     });
   }
   throw new ApiError({
     status: response.status,
     title: response.statusText,
     detail: `The service answered ${response.status}.`,
-    retryAfter: retryAfterSeconds(response.headers.get("Retry-After")),
+    retryAfter,
   });
 }
 

@@ -224,29 +224,38 @@ def _array(output: Output, value: Any, precision: str | None) -> np.ndarray[Any,
     return array
 
 
-def overload_wait(
-    status: int, headers: Mapping[str, str], *, retries_left: int, most_wait: float
-) -> float | None:
-    """Seconds to wait before sending a call again that the service refused as overloaded (its
-    ``Retry-After`` and up to :data:`RETRY_JITTER` of it more), or None to raise its error now: not such a
-    refusal, no retries left, no ``Retry-After``, or one over ``most_wait``."""
-    if status not in OVERLOADED_STATUSES or retries_left <= 0:
-        return None
-    wait = retry_after_seconds(headers)
-    if wait is None or wait > most_wait:
-        return None
-    return wait * (1 + RETRY_JITTER * random.random())
+@dataclass(frozen=True)
+class OverloadRetries:
+    """When a client sends a call again that an overloaded service refused: ``retries`` times at most, for
+    a ``Retry-After`` of at most ``most_wait`` seconds. Both clients hold one, checked when they are made."""
 
+    retries: int
+    most_wait: float
 
-def _check_retries(overload_retries: int, most_retry_wait: float) -> None:
-    if isinstance(overload_retries, bool) or not isinstance(overload_retries, int) or overload_retries < 0:
-        raise InvalidInput("overload_retries", f"must be an integer >= 0, got {overload_retries!r}")
-    if (
-        isinstance(most_retry_wait, bool)
-        or not isinstance(most_retry_wait, int | float)
-        or not 0 <= most_retry_wait < float("inf")
-    ):
-        raise InvalidInput("most_retry_wait", f"must be a number of seconds >= 0, got {most_retry_wait!r}")
+    @classmethod
+    def checked(cls, overload_retries: object, most_retry_wait: object) -> OverloadRetries:
+        retries = overload_retries
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise InvalidInput("overload_retries", f"must be an integer >= 0, got {retries!r}")
+        if (
+            isinstance(most_retry_wait, bool)
+            or not isinstance(most_retry_wait, int | float)
+            or not 0 <= most_retry_wait < float("inf")
+        ):
+            wait = most_retry_wait
+            raise InvalidInput("most_retry_wait", f"must be a number of seconds >= 0, got {wait!r}")
+        return cls(retries, float(most_retry_wait))
+
+    def wait(self, status: int, headers: Mapping[str, str], *, retries_left: int) -> float | None:
+        """Seconds to wait before sending the call again (its ``Retry-After`` and up to
+        :data:`RETRY_JITTER` of it more), or None to raise its error now: not an overloaded service's
+        refusal, no retries left, no ``Retry-After``, or one over ``most_wait``."""
+        if status not in OVERLOADED_STATUSES or retries_left <= 0:
+            return None
+        asked = retry_after_seconds(headers)
+        if asked is None or asked > self.most_wait:
+            return None
+        return asked * (1 + RETRY_JITTER * random.random())
 
 
 def _headers(api_key: str | None) -> dict[str, str]:
@@ -321,9 +330,7 @@ class Client(SyncModels):
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         _check_base_url(base_url)
-        _check_retries(overload_retries, most_retry_wait)
-        self._overload_retries = overload_retries
-        self._most_retry_wait = float(most_retry_wait)
+        self._overload = OverloadRetries.checked(overload_retries, most_retry_wait)
         self._http = httpx.Client(
             base_url=base_url,
             headers=_headers(api_key),
@@ -353,10 +360,10 @@ class Client(SyncModels):
 
     def _call(self, spec: ModelSpec[ResultT], arguments: dict[str, Any]) -> ResultT:
         prepared = prepare(spec, arguments)
-        retries_left = self._overload_retries
+        retries_left = self._overload.retries
         while True:
             status, headers, body = self._send("POST", prepared.call)
-            wait = overload_wait(status, headers, retries_left=retries_left, most_wait=self._most_retry_wait)
+            wait = self._overload.wait(status, headers, retries_left=retries_left)
             if wait is None:
                 return finish(spec, prepared, status, headers, body)
             retries_left -= 1
@@ -398,9 +405,7 @@ class AsyncClient(AsyncModels):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         _check_base_url(base_url)
-        _check_retries(overload_retries, most_retry_wait)
-        self._overload_retries = overload_retries
-        self._most_retry_wait = float(most_retry_wait)
+        self._overload = OverloadRetries.checked(overload_retries, most_retry_wait)
         self._http = httpx.AsyncClient(
             base_url=base_url,
             headers=_headers(api_key),
@@ -431,10 +436,10 @@ class AsyncClient(AsyncModels):
 
     async def _call(self, spec: ModelSpec[ResultT], arguments: dict[str, Any]) -> ResultT:
         prepared = prepare(spec, arguments)
-        retries_left = self._overload_retries
+        retries_left = self._overload.retries
         while True:
             status, headers, body = await self._send("POST", prepared.call)
-            wait = overload_wait(status, headers, retries_left=retries_left, most_wait=self._most_retry_wait)
+            wait = self._overload.wait(status, headers, retries_left=retries_left)
             if wait is None:
                 return finish(spec, prepared, status, headers, body)
             retries_left -= 1

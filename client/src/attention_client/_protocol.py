@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from attention_client._errors import ApiError, MalformedAnswerError
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+_UTC = datetime.timezone.utc  # noqa: UP017 (the client runs on Python 3.10, which has no datetime.UTC)
 _DTYPES: dict[str, np.dtype[Any]] = {
     "BOOL": np.dtype(np.bool_),
     "INT32": np.dtype("<i4"),
@@ -227,6 +228,5 @@ def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:  # asctime's format has no zone: an HTTP-date is always in GMT
-        when = when.replace(tzinfo=datetime.timezone.utc)  # noqa: UP017 (see below)
-    now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 (the client runs on 3.10, without datetime.UTC)
-    return max(0.0, (when - now).total_seconds())
+        when = when.replace(tzinfo=_UTC)
+    return max(0.0, (when - datetime.datetime.now(_UTC)).total_seconds())
