@@ -25,9 +25,11 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -87,6 +89,22 @@ REPORTED_SETTINGS = ("workers", "threads", "worker_class", "keepalive", "timeout
 
 
 @dataclass(frozen=True)
+class TlsFiles:
+    """A certificate and its private key (PEM files), for a server that serves TLS itself."""
+
+    certificate: Path
+    key: Path
+
+    def server_arguments(self) -> str:
+        """gunicorn's options for them, as an operator gives them (in ``GUNICORN_CMD_ARGS``)."""
+        return f"--certfile {shlex.quote(str(self.certificate))} --keyfile {shlex.quote(str(self.key))}"
+
+    def client_context(self) -> ssl.SSLContext:
+        """What a client trusts the server with: this certificate (self-signed) as its authority."""
+        return ssl.create_default_context(cafile=str(self.certificate))
+
+
+@dataclass(frozen=True)
 class Config:
     """What the gunicorn settings module resolves to in a given environment."""
 
@@ -131,10 +149,13 @@ class Server:
         metrics_dir: Path,
         *,
         own_metrics_dir: bool,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.process = process
         self.port = port
-        self.base_url = f"http://127.0.0.1:{port}"
+        self.base_url = f"{'http' if tls is None else 'https'}://127.0.0.1:{port}"
+        # what a client verifies the server's certificate with (True: the system's authorities, for http)
+        self.verify: ssl.SSLContext | bool = True if tls is None else tls.client_context()
         self.config = config  # what the settings chose in the server's environment
         self.metrics_dir = metrics_dir
         self._own_metrics_dir = own_metrics_dir
@@ -180,7 +201,7 @@ class Server:
         A worker counts only once it has built the app: until then it does not accept, so a test that needs
         both workers would have its connections all taken by the other one."""
         try:
-            answered = httpx.get(self.url("/readyz"), timeout=2).status_code == 200
+            answered = httpx.get(self.url("/readyz"), timeout=2, verify=self.verify).status_code == 200
         except httpx.TransportError:
             return False
         workers = self.worker_pids()
@@ -246,16 +267,20 @@ def start(
     address_space_bytes: int | None = None,
     keep_stdout: bool = True,
     timeout: float = START_TIMEOUT_SECONDS,
+    tls: TlsFiles | None = None,
 ) -> Server:
     """Start ``python -m service serve`` serving ``app`` and wait until it is ready.
 
     ``env`` overrides this process's environment (the settings, e.g. ``{"API_KEYS": "k"}``); ``workers``
     sets ``WEB_CONCURRENCY``, else the settings module chooses. ``address_space_bytes`` limits every
     process of the server. ``keep_stdout=False`` discards the access log (a benchmark should not pay for
-    reading it).
+    reading it). ``tls``: the server serves HTTPS with them, set as an operator sets them.
     """
     environment = {key: value for key, value in os.environ.items() if key != "PROMETHEUS_MULTIPROC_DIR"}
     environment.update(env or {})
+    if tls is not None:
+        given = environment.get("GUNICORN_CMD_ARGS", "")
+        environment["GUNICORN_CMD_ARGS"] = f"{given} {tls.server_arguments()}".strip()
     if environment.get("GUNICORN_LOG_LEVEL", "info").lower() not in ("debug", "info"):
         environment["GUNICORN_LOG_LEVEL"] = "info"  # readiness reads each worker's "Worker serving" line
     if workers is not None:
@@ -291,7 +316,7 @@ def start(
         )
     finally:
         listener.close()  # gunicorn holds its own copy of the descriptor
-    server = Server(process, port, config, metrics_dir, own_metrics_dir=own_metrics_dir)
+    server = Server(process, port, config, metrics_dir, own_metrics_dir=own_metrics_dir, tls=tls)
     try:
         server.wait_for(server.ready, f"/readyz and {config.workers} workers serving", timeout)
     except BaseException:
@@ -308,10 +333,11 @@ def serving(
     workers: int | None = None,
     address_space_bytes: int | None = None,
     keep_stdout: bool = True,
+    tls: TlsFiles | None = None,
 ) -> Iterator[Server]:
     """:func:`start` as a context manager that stops the server on the way out."""
     server = start(
-        app, env, workers=workers, address_space_bytes=address_space_bytes, keep_stdout=keep_stdout
+        app, env, workers=workers, address_space_bytes=address_space_bytes, keep_stdout=keep_stdout, tls=tls
     )
     try:
         yield server

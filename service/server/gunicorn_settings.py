@@ -10,6 +10,7 @@ gunicorn's own error answers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import shutil
@@ -19,7 +20,7 @@ from typing import Any
 
 import gunicorn.util
 
-from service.server.problems import log_answer, problem_bytes
+from service.server.problems import write_problem
 from service.web.statuses import status_phrase
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
@@ -134,9 +135,7 @@ def _write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
     # in RFC 9110's words whatever the Python (3.11 calls 414 "Request-URI Too Long").
     with contextlib.suppress(ValueError):
         reason = status_phrase(status_int)
-    answer, request_id = problem_bytes(status_int, reason, mesg)
-    gunicorn.util.write_nonblock(sock, answer)
-    log_answer(status_int, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)
+    write_problem(functools.partial(gunicorn.util.write_nonblock, sock), status_int, reason, mesg)
 
 
 # Workers answer errors they catch before the app runs through gunicorn.util.write_error (HTML);

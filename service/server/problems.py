@@ -1,7 +1,8 @@
 """Answers the server writes itself, instead of the app: problem+json, logged like the app's.
 
 gunicorn answers malformed HTTP (and a worker that timed out) on its own (service/server/gunicorn_settings.py
-routes those answers here), so every answer, whoever writes it, is a problem document with a request id, the
+routes those answers here), and the worker answers a plain HTTP request to a TLS port (service/server/tls.py),
+so every answer, whoever writes it, is a problem document with a request id, the
 CORS headers a page needs to read it when every origin is allowed, and one JSON access-log line on stdout.
 """
 
@@ -12,7 +13,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
 
@@ -75,3 +76,10 @@ def log_answer(
     # A line that cannot be written (a pipe gone) is lost, as the app's are, and costs no answer.
     with contextlib.suppress(OSError, ValueError):
         print(json.dumps(line, separators=(",", ":")), flush=True)
+
+
+def write_problem(write: Callable[[bytes], object], status: int, reason: str, detail: str) -> None:
+    """Write the whole answer for a problem with ``write`` (it closes the connection) and log it."""
+    answer, request_id = problem_bytes(status, reason, detail)
+    write(answer)
+    log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)

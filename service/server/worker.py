@@ -6,7 +6,8 @@ worker. What it lacks, and this subclass adds through the worker's public method
 - **Deadlines for request heads.** The first request's head must arrive within ``HEADER_TIMEOUT_SECONDS``;
   a kept-alive connection may then wait ``GUNICORN_KEEPALIVE`` seconds for the next one (gunicorn uses the
   keep-alive time for both, and none at all when keep-alive is off: then every answer closes its connection
-  here instead).
+  here instead). Under TLS the handshake has the first head's deadline too (service/server/tls.py): gevent's
+  server would do it before the worker sees the connection, with none.
 - **A deadline for answers.** A client that takes none of its answer for ``ANSWER_TIMEOUT_SECONDS`` is
   disconnected (:class:`ClientSocket`), so the answer's share of the memory budget comes back.
 - **Chunked bodies counted on the wire.** What each connection receives is counted (:class:`ClientSocket`),
@@ -50,6 +51,7 @@ import functools
 import math
 import select
 import socket
+import ssl
 import struct
 import termios
 import time
@@ -64,6 +66,8 @@ from gevent import Greenlet
 from gevent.server import StreamServer
 from gunicorn.workers.ggevent import GeventWorker
 
+from service.server import tls
+from service.server.problems import write_problem
 from service.web.admission import Admission, admission_of
 from service.web.connection import (
     WaitEnd,
@@ -230,7 +234,7 @@ class ClientSocket:
     Here the 100 is held back (:meth:`send`: it is gunicorn's one write that does not go through
     ``sendall``) and sent at the body's first read (:meth:`recv`), as Go's net/http and Tomcat's
     ``continueResponseTiming="onRead"`` do; a final answer given before then goes without it. (Under TLS
-    too: gevent's server hands the worker a socket already wrapped for TLS, and this one wraps that.)"""
+    too: the worker wraps the connection for TLS first, and this one wraps that.)"""
 
     def __init__(self, sock: Any, *, answer_timeout: float | None, on_stalled: Callable[[], None]) -> None:
         self.sock = sock
@@ -509,6 +513,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # 1 with several workers; this builds the same StreamServer and keeps it, to pace its accepts.
         self.server_class = self._connection_server
         self.servers: list[StreamServer] = []
+        self.tls_context: ssl.SSLContext | None = None  # gunicorn's, when it serves TLS (handle() sets it up)
 
     @property
     def shares_listener(self) -> bool:
@@ -516,11 +521,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         return bool(self.cfg.workers > 1)
 
     def _connection_server(self, listener: Any, *, spawn: Any, **arguments: Any) -> StreamServer:
-        # application, log, handler_class and environ are for a pywsgi server; this one calls handle()
-        ssl_args = {"ssl_context": arguments["ssl_context"]} if "ssl_context" in arguments else {}
-        server = StreamServer(
-            listener, handle=functools.partial(self.handle, listener), spawn=spawn, **ssl_args
-        )
+        # application, log, handler_class and environ are for a pywsgi server; this one calls handle(). The
+        # TLS context is not the server's either: it would do the handshake before handle(), with no deadline
+        # (service/server/tls.py).
+        self.tls_context = arguments.get("ssl_context")
+        server = StreamServer(listener, handle=functools.partial(self.handle, listener), spawn=spawn)
         if self.shares_listener:
             server.max_accept = accepts_per_wakeup(0.0)
             self.servers.append(server)  # paced by _pace_accepts()
@@ -604,6 +609,10 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         try:
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
+            if self.tls_context is not None:
+                client = self._secured(client, self.tls_context, addr)
+                if client is None:
+                    return
             answer_timeout = None if self.admission is None else self.admission.limits.answer_timeout_seconds
             stalled = functools.partial(self._log_stalled_reader, addr, answer_timeout)
             client_socket = ClientSocket(client, answer_timeout=answer_timeout, on_stalled=stalled)
@@ -614,6 +623,22 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             self.open_connections -= 1
             if not self.open_connections:
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
+
+    def _secured(self, client: Any, context: ssl.SSLContext, addr: Any) -> ssl.SSLSocket | None:
+        """``client`` with TLS set up within the first head's deadline, a wait that the sweep for room may
+        end as it ends a head's; None, the connection closed, when it was not."""
+        try:
+            with self.idle.wait(self.header_timeout(), kept_alive=False):
+                return tls.handshake(client, context, suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
+            self.log.debug("closed the connection from %s: no TLS handshake within its deadline", addr)
+        except tls.PlainHttp:
+            with contextlib.suppress(OSError):
+                write_problem(client.sendall, 400, "Bad Request", tls.PLAIN_HTTP_DETAIL)
+                linger(client)
+        except (ssl.SSLError, OSError) as failure:  # the client's doing, not the server's: no traceback
+            self.log.debug("closed the connection from %s: its TLS handshake failed: %s", addr, failure)
+        client.close()
+        return None
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
         current = gevent.getcurrent()

@@ -1,0 +1,144 @@
+"""TLS served by gunicorn itself (``--certfile``/``--keyfile`` in ``GUNICORN_CMD_ARGS``): its handshake has
+the first request head's deadline, a crowd that never completes one cannot keep a probe out, a plain HTTP
+request to the TLS port is told so, and clients that fail their handshake leave no tracebacks in the log.
+
+The certificate in ``tls/`` is for these tests only: self-signed, for localhost and 127.0.0.1, valid until
+2126, its key published with it. Loopback only; every crowd is bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from deploy.launch import Server, TlsFiles, serving, start
+from deploy.slow_clients import SEED_BODY
+
+pytestmark = pytest.mark.gunicorn
+
+TLS = TlsFiles(Path(__file__).parent / "tls" / "certificate.pem", Path(__file__).parent / "tls" / "key.pem")
+WORKER_CONNECTIONS = 40  # a small worker, so that a crowd of 60 fills it
+CROWD = 60
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    """One worker of 40 connections, the default head deadline (10 s)."""
+    running = start(env={"GUNICORN_WORKER_CONNECTIONS": str(WORKER_CONNECTIONS)}, workers=1, tls=TLS)
+    yield running
+    assert running.terminate() == 0, running.log()
+
+
+def _secured(server: Server) -> ssl.SSLSocket:
+    context = server.verify
+    assert isinstance(context, ssl.SSLContext)
+    return context.wrap_socket(
+        socket.create_connection(("127.0.0.1", server.port), timeout=10), server_hostname="127.0.0.1"
+    )
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    answer = b""
+    with contextlib.suppress(ConnectionResetError):
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_the_worked_example_over_https_with_its_100_continue(server: Server) -> None:
+    """The 100 is still held until the app reads the body, now that the worker wraps the socket itself."""
+    with _secured(server) as sock:
+        sock.sendall(
+            b"POST /v1/attention HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Connection: close\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(SEED_BODY)
+        )
+        assert sock.recv(64) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(SEED_BODY)
+        head, _, body = _read_to_end(sock).partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 "), head
+    answer = json.loads(body)
+    assert answer["weights"] == pytest.approx([0.3302, 0.6698], abs=1e-4)
+    assert answer["output"] == pytest.approx([1.9814, 2.0093], abs=1e-4)
+
+
+def test_a_connection_that_never_starts_its_handshake_is_closed_at_the_head_deadline() -> None:
+    """gevent's server did the handshake before the worker saw the connection, with no deadline: a client
+    that connected and sent nothing was never closed."""
+    with serving(env={"HEADER_TIMEOUT_SECONDS": "1"}, workers=1, tls=TLS) as quick:
+        with socket.create_connection(("127.0.0.1", quick.port), timeout=10) as silent:
+            began = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):
+                assert silent.recv(1) == b""
+            waited = time.monotonic() - began
+        with socket.create_connection(("127.0.0.1", quick.port), timeout=10) as partial:
+            partial.sendall(b"\x16\x03\x01\x02\x00\x01")  # a ClientHello's first bytes, and no more
+            with contextlib.suppress(ConnectionResetError):
+                assert partial.recv(1) == b""
+        assert httpx.get(quick.url("/livez"), verify=quick.verify, timeout=5).status_code == 200
+    assert waited < 5, f"closed after {waited:.1f} s, past the 1 s head deadline"  # a bound, not a speed
+
+
+def test_a_crowd_that_never_completes_a_handshake_cannot_keep_a_probe_out(server: Server) -> None:
+    """60 silent connections against a worker that holds 40, well within their 10 s head deadline: the
+    sweep for room closes the longest waiting handshakes, as it closes idle heads, so probes get in. Before,
+    the handshakes were not the worker's to count or close, and every probe timed out."""
+    crowd = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(CROWD)]
+    try:
+        time.sleep(1.5)  # past MIN_IDLE_SECONDS, so the crowd's waits may be ended for room
+        for _ in range(3):
+            answer = httpx.get(server.url("/livez"), verify=server.verify, timeout=5)
+            assert answer.status_code == 200
+        closed = 0
+        for sock in crowd:
+            sock.settimeout(0.01)
+            with contextlib.suppress(TimeoutError, ConnectionResetError):
+                closed += sock.recv(1) == b""
+        assert closed >= CROWD - WORKER_CONNECTIONS, f"only {closed} silent connections were closed for room"
+    finally:
+        for sock in crowd:
+            sock.close()
+
+
+def test_plain_http_to_the_tls_port_is_a_400_that_says_so(server: Server) -> None:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, body = _read_to_end(sock).partition(b"\r\n\r\n")
+    status_line, *header_lines = head.decode("latin-1").split("\r\n")
+    fields = (line.partition(":") for line in header_lines)
+    headers = {name.lower(): value.strip() for name, _, value in fields}
+    assert status_line == "HTTP/1.1 400 Bad Request"
+    assert headers["content-type"] == "application/problem+json"
+    assert headers["connection"] == "close"
+    problem = json.loads(body)
+    assert problem["status"] == 400
+    assert "https://" in problem["detail"]
+    assert problem["request_id"] == headers["x-request-id"]
+    server.wait_for(
+        lambda: any(f'"request_id":"{problem["request_id"]}"' in line for line in list(server.stdout)),
+        "the access-log line of the 400",
+        timeout=10,
+    )
+
+
+def test_failed_handshakes_leave_no_traceback_and_the_worker_serves_on(server: Server) -> None:
+    """Clients that leave before or during their handshake, or send what is not TLS, are closed quietly:
+    gevent's server logged each of them with a traceback, so any client could fill the error log."""
+    for hello in (b"", b"\x16\x03\x01\x00\x05hello", b"\x16\x03\x01\x02\x00\x01", b"\x00\x01\x02 not tls"):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(hello)
+            if hello:
+                with contextlib.suppress(ConnectionResetError, TimeoutError):
+                    sock.settimeout(2)
+                    sock.recv(1)
+    assert httpx.get(server.url("/livez"), verify=server.verify, timeout=5).status_code == 200
+    time.sleep(0.5)  # for anything the worker would still write about them
+    errors = [line for line in list(server.stderr) if "Traceback" in line or "failed with" in line]
+    assert not errors, "\n".join(list(server.stderr)[-40:])
