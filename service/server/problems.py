@@ -79,7 +79,8 @@ def log_answer(
 
 
 def write_problem(write: Callable[[bytes], object], status: int, reason: str, detail: str) -> None:
-    """Write the whole answer for a problem with ``write`` (it closes the connection) and log it."""
+    """Write the whole answer for a problem with ``write`` and log it (the answer says ``Connection: close``:
+    the caller closes the connection after it)."""
     answer, request_id = problem_bytes(status, reason, detail)
     write(answer)
     log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)

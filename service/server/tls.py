@@ -1,4 +1,4 @@
-"""TLS set up by the worker itself, so that its handshake has the request head's deadline.
+"""TLS set up by the worker itself, so that its handshake has a deadline as the request head after it does.
 
 gunicorn's gevent worker hands its TLS context (``--certfile``/``--keyfile`` in ``GUNICORN_CMD_ARGS``) to
 gevent's server, which wraps each accepted connection and completes its handshake before the worker sees
@@ -6,8 +6,9 @@ it, and with no deadline: a client that connected and sent nothing held its conn
 worker could neither count it nor close it for room. 150 such connections to 2 workers of 50
 ``worker_connections`` refused every other client for as long as they stayed (the whole 40 s of the test), and
 each client that left mid-handshake was logged with a traceback. The worker (service/server/worker.py) now
-does the handshake here, inside the wait for the first request head, as Go's ``http.Server`` counts the
-handshake in ``ReadHeaderTimeout``.
+does the handshake here, in a wait like the one for a request head: ``HEADER_TIMEOUT_SECONDS``, then as long
+again for the first head (as Go's server gives the handshake its own deadline before ``ReadHeaderTimeout``),
+and closed to make room like an idle head when the worker is crowded.
 
 A client that speaks plain HTTP to the TLS port is told so (a 400 problem, unencrypted:
 :data:`PLAIN_HTTP_DETAIL`), as Go's and nginx's servers tell it, instead of seeing the connection dropped.
@@ -41,7 +42,7 @@ def handshake(sock: Any, context: ssl.SSLContext, *, suppress_ragged_eofs: bool)
     first = sock.recv(1, socket.MSG_PEEK)  # looked at, left for the handshake to read
     if not first:
         raise ConnectionAbortedError("the client closed the connection before its TLS handshake")
-    if first != HANDSHAKE_RECORD and first.isascii() and first.isalpha():
+    if first.isascii() and first.isalpha():  # (a TLS record starts with HANDSHAKE_RECORD: not a letter)
         raise PlainHttp
     secured = context.wrap_socket(
         sock, server_side=True, do_handshake_on_connect=False, suppress_ragged_eofs=suppress_ragged_eofs

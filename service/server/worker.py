@@ -6,8 +6,8 @@ worker. What it lacks, and this subclass adds through the worker's public method
 - **Deadlines for request heads.** The first request's head must arrive within ``HEADER_TIMEOUT_SECONDS``;
   a kept-alive connection may then wait ``GUNICORN_KEEPALIVE`` seconds for the next one (gunicorn uses the
   keep-alive time for both, and none at all when keep-alive is off: then every answer closes its connection
-  here instead). Under TLS the handshake has the first head's deadline too (service/server/tls.py): gevent's
-  server would do it before the worker sees the connection, with none.
+  here instead). Under TLS the handshake has a deadline of ``HEADER_TIMEOUT_SECONDS`` before the first head's
+  (service/server/tls.py): gevent's server would do it before the worker sees the connection, with none.
 - **A deadline for answers.** A client that takes none of its answer for ``ANSWER_TIMEOUT_SECONDS`` is
   disconnected (:class:`ClientSocket`), so the answer's share of the memory budget comes back.
 - **Chunked bodies counted on the wire.** What each connection receives is counted (:class:`ClientSocket`),
@@ -396,6 +396,21 @@ def _chunked(headers: list[tuple[str, str]]) -> bool:
     return any(name == "TRANSFER-ENCODING" and "chunked" in value.lower() for name, value in headers)
 
 
+class _NamedListener:
+    """A listening socket whose name was read when one of its connections was accepted: gunicorn reads it
+    only once a connection's TLS handshake is done, and by then a stop may have closed the socket."""
+
+    def __init__(self, listener: Any) -> None:
+        self._listener = listener
+        self._name = listener.getsockname()
+
+    def getsockname(self) -> Any:
+        return self._name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._listener, name)
+
+
 def linger(sock: socket.socket) -> None:
     """Close our side and discard what the client still sends for up to :data:`LINGER_SECONDS`.
 
@@ -513,7 +528,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # 1 with several workers; this builds the same StreamServer and keeps it, to pace its accepts.
         self.server_class = self._connection_server
         self.servers: list[StreamServer] = []
-        self.tls_context: ssl.SSLContext | None = None  # gunicorn's, when it serves TLS (handle() sets it up)
+        self.tls_context: ssl.SSLContext | None = None  # gunicorn's, when it serves TLS (used by handle())
 
     @property
     def shares_listener(self) -> bool:
@@ -610,6 +625,10 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
             if self.tls_context is not None:
+                # gunicorn asks the listener its name once the handshake is done, and a stop that began
+                # meanwhile had closed it: the first request of a connection accepted before the stop was
+                # lost (EBADF), where one without TLS is served
+                listener = _NamedListener(listener)
                 client = self._secured(client, self.tls_context, addr)
                 if client is None:
                     return
@@ -625,12 +644,14 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
 
     def _secured(self, client: Any, context: ssl.SSLContext, addr: Any) -> ssl.SSLSocket | None:
-        """``client`` with TLS set up within the first head's deadline, a wait that the sweep for room may
-        end as it ends a head's; None, the connection closed, when it was not."""
+        """``client`` with TLS set up within ``HEADER_TIMEOUT_SECONDS`` (then its first head has as long), a
+        wait that the sweep for room may end as it ends a head's; None, the connection closed, when it was
+        not."""
         try:
-            with self.idle.wait(self.header_timeout(), kept_alive=False):
+            with self.idle.wait(self.header_timeout(), kept_alive=False) as wait:
                 return tls.handshake(client, context, suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
-            self.log.debug("closed the connection from %s: no TLS handshake within its deadline", addr)
+            why = "to make room" if wait.ending else "at its deadline"
+            self.log.debug("closed the connection from %s %s: its TLS handshake was not done", addr, why)
         except tls.PlainHttp:
             with contextlib.suppress(OSError):
                 write_problem(client.sendall, 400, "Bad Request", tls.PLAIN_HTTP_DETAIL)

@@ -1,5 +1,5 @@
 """TLS served by gunicorn itself (``--certfile``/``--keyfile`` in ``GUNICORN_CMD_ARGS``): its handshake has
-the first request head's deadline, a crowd that never completes one cannot keep a probe out, a plain HTTP
+a deadline as a request head has, a crowd that never completes one cannot keep a probe out, a plain HTTP
 request to the TLS port is told so, and clients that fail their handshake leave no tracebacks in the log.
 
 The certificate in ``tls/`` is for these tests only: self-signed, for localhost and 127.0.0.1, valid until
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 import ssl
 import time
@@ -142,3 +143,80 @@ def test_failed_handshakes_leave_no_traceback_and_the_worker_serves_on(server: S
     time.sleep(0.5)  # for anything the worker would still write about them
     errors = [line for line in list(server.stderr) if "Traceback" in line or "failed with" in line]
     assert not errors, "\n".join(list(server.stderr)[-40:])
+
+
+class _StepwiseClient:
+    """A TLS client over memory buffers, so a test can send its ClientHello in parts."""
+
+    def __init__(self, server: Server, sock: socket.socket) -> None:
+        context = server.verify
+        assert isinstance(context, ssl.SSLContext)
+        self.sock = sock
+        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname="127.0.0.1")
+
+    def hello(self) -> bytes:
+        with contextlib.suppress(ssl.SSLWantReadError):
+            self.tls.do_handshake()
+        return self.outgoing.read()
+
+    def finish_handshake(self) -> None:
+        for _ in range(10):  # a TLS 1.3 or 1.2 handshake takes one or two round trips
+            try:
+                self.tls.do_handshake()
+            except ssl.SSLWantReadError:
+                self.sock.sendall(self.outgoing.read())
+                data = self.sock.recv(65536)
+                assert data, "the server closed the connection during the handshake"
+                self.incoming.write(data)
+            else:
+                self.sock.sendall(self.outgoing.read())
+                return
+        raise AssertionError("no handshake after 10 round trips")
+
+    def exchange(self, request: bytes) -> bytes:
+        """Send ``request`` and read its answer until the server closes the connection."""
+        self.tls.write(request)
+        self.sock.sendall(self.outgoing.read())
+        answer = b""
+        while data := self.sock.recv(65536):
+            self.incoming.write(data)
+            with contextlib.suppress(ssl.SSLWantReadError, ssl.SSLZeroReturnError):
+                while chunk := self.tls.read(65536):
+                    answer += chunk
+        return answer
+
+
+def _wait_until_refused(port: int, seconds: float = 10.0) -> None:
+    """Until no one listens on ``port`` (the master and its worker have closed the listening socket)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except ConnectionRefusedError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"port {port} still listened on after {seconds} s")
+
+
+def test_a_handshake_that_ends_while_the_server_stops_still_gets_its_answer() -> None:
+    """A connection accepted before a stop has its first request served, as one without TLS has: gunicorn
+    read the name of the connection's listener once the handshake was done, the stop had closed it by then,
+    and the request was lost (EBADF, with a traceback)."""
+    stopping = start(workers=1, tls=TLS)
+    try:
+        with socket.create_connection(("127.0.0.1", stopping.port), timeout=10) as sock:
+            client = _StepwiseClient(stopping, sock)
+            hello = client.hello()
+            sock.sendall(hello[:1])
+            time.sleep(0.3)  # the worker waits in the handshake
+            stopping.process.send_signal(signal.SIGTERM)
+            _wait_until_refused(stopping.port)  # the stop has closed the listening socket
+            sock.sendall(hello[1:])
+            client.finish_handshake()
+            answer = client.exchange(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 "), answer or stopping.log()
+        assert b"Connection: close" in answer.partition(b"\r\n\r\n")[0]
+    finally:
+        assert stopping.terminate() == 0, stopping.log()
+    assert not [line for line in stopping.stderr if "Traceback" in line], stopping.log()
