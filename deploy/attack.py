@@ -22,7 +22,8 @@ carries the request's ``X-Request-ID``) without its JSON log line, and any attac
 
 Then the overload scenarios of issue #18 (deploy/overload.py), each against a server of its own: ``heavy``,
 ``resend``, ``crowd-lies``, ``crowd-silent``, ``uploads``, ``expect``, ``gzip-members``, ``tiny-chunks``,
-``unread-answers``. ``--only NAME ...`` runs some attacks
+``unread-answers``, and ``crowd-tls`` (``crowd-silent`` against the server serving TLS itself, with the test
+certificate of deploy/tls). ``--only NAME ...`` runs some attacks
 alone (``python -m deploy.attack --only heavy``), ``--skip NAME ...`` leaves some out; ``--short`` is CI's
 form (shorter holds, fewer lying connections, two endpoints for ``heavy``); each count and hold has a flag.
 """
@@ -49,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy import overload, slow_clients
-from deploy.launch import MIB, Server, resolve_config, start
+from deploy.launch import MIB, TEST_TLS, Server, resolve_config, start
 
 GIB = overload.GIB
 METRICS_LIMIT_BYTES = 100_000
@@ -416,6 +417,7 @@ LEGACY = ("flood", "amplification", "lies", "chunked", "encodings", "scrapes", "
 OVERLOAD = (
     *("heavy", "resend", "crowd-lies", "crowd-silent", "uploads", "expect"),
     *("gzip-members", "tiny-chunks", "unread-answers"),  # the attack pass after admission control
+    "crowd-tls",  # crowd-silent against TLS served by gunicorn itself
 )
 # The issue's figures (the full form) and CI's short form of the overload scenarios.
 FULL = {"resend_seconds": 100.0, "lies": 1500, "lies_seconds": 70.0, "silent": 2500, "silent_seconds": 70.0}
@@ -514,7 +516,10 @@ def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) 
     with one worker, so that every probe shares the attacked worker's loop)."""
     workers = 1 if name in ("gzip-members", "tiny-chunks", "unread-answers") else None
     limit = args.address_space or None
-    server = start(env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=limit, workers=workers)
+    tls = TEST_TLS if name == "crowd-tls" else None
+    server = start(
+        env={**env, "GUNICORN_MAX_REQUESTS": "0"}, address_space_bytes=limit, workers=workers, tls=tls
+    )
     print(f"- {name} (127.0.0.1:{server.port}, load average {os.getloadavg()[0]:.1f})", flush=True)
     try:
         if name == "heavy":
@@ -524,7 +529,7 @@ def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) 
             verdicts = [overload.resend(server, path, body, args.resend_seconds)]
         elif name == "crowd-lies":
             verdicts = [overload.crowd(server, count=args.lies, lie=True, seconds=args.lies_seconds)]
-        elif name == "crowd-silent":
+        elif name in ("crowd-silent", "crowd-tls"):
             verdicts = [overload.crowd(server, count=args.silent, lie=False, seconds=args.silent_seconds)]
         elif name == "uploads":
             verdicts = [overload.held_uploads(server, count=args.uploads, seconds=args.uploads_seconds)]

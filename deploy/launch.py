@@ -104,6 +104,11 @@ class TlsFiles:
         return ssl.create_default_context(cafile=str(self.certificate))
 
 
+# A certificate for loopback tests and the attack suite only: self-signed, for localhost and 127.0.0.1, valid
+# until 2126, its private key published beside it.
+TEST_TLS = TlsFiles(ROOT / "deploy" / "tls" / "certificate.pem", ROOT / "deploy" / "tls" / "key.pem")
+
+
 @dataclass(frozen=True)
 class Config:
     """What the gunicorn settings module resolves to in a given environment."""

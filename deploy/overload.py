@@ -30,6 +30,12 @@ shares the attacked loop) with ``/livez`` probed throughout (pass: every probe w
   (its answer cut, or refused with a 503 while the others' answers hold the memory) within two
   ``ANSWER_TIMEOUT_SECONDS`` (10) + 10 s, and the same large request, read, is answered 200 afterwards.
 
+And one found since, when gunicorn serves TLS itself (``--certfile``/``--keyfile``):
+
+- **crowd-tls**: crowd-silent against that server (the test certificate of deploy/tls), its probes over TLS:
+  the crowd's handshakes never start. The same pass condition (the handshakes had no deadline and were not
+  the worker's to close: 150 such connections against 2 × 50 ``worker_connections`` kept every probe out).
+
 Each scenario returns a :class:`Verdict`: one summary line of what it measured, and its failures.
 """
 
@@ -41,6 +47,7 @@ import http.client
 import json
 import math
 import socket
+import ssl
 import threading
 import time
 from collections import Counter
@@ -138,9 +145,21 @@ def describe_error(error: BaseException) -> str:
     return f"{kind}: {error}"
 
 
-def fresh(port: int, method: str, path: str, body: bytes | None = None, *, timeout: float) -> Reply:
-    """One request on a connection of its own, closed afterwards."""
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+def fresh(
+    port: int,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    timeout: float,
+    tls: ssl.SSLContext | None = None,
+) -> Reply:
+    """One request on a connection of its own (over TLS, trusting ``tls``, when given), closed afterwards."""
+    connection = (
+        http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        if tls is None
+        else http.client.HTTPSConnection("127.0.0.1", port, timeout=timeout, context=tls)
+    )
     try:
         return request(connection, method, path, body, {**HEADERS, "Connection": "close"} if body else {})
     finally:
@@ -168,10 +187,18 @@ class Prober:
     """
 
     def __init__(
-        self, port: int, method: str, path: str, body: bytes | None, *, interval: float, timeout: float
+        self,
+        port: int,
+        method: str,
+        path: str,
+        body: bytes | None,
+        *,
+        interval: float,
+        timeout: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.port, self.method, self.path, self.body = port, method, path, body
-        self.interval, self.timeout = interval, timeout
+        self.interval, self.timeout, self.tls = interval, timeout, tls
         self.replies: list[Reply] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -197,7 +224,7 @@ class Prober:
             self._stopping.wait(self.interval)
 
     def _probe(self) -> None:
-        reply = fresh(self.port, self.method, self.path, self.body, timeout=self.timeout)
+        reply = fresh(self.port, self.method, self.path, self.body, timeout=self.timeout, tls=self.tls)
         with self._lock:
             self.replies.append(reply)
 
@@ -480,12 +507,14 @@ def closed_by_server(sock: socket.socket) -> tuple[bool, bytes]:
 
 
 def crowd(server: Server, *, count: int, lie: bool, seconds: float) -> Verdict:
-    """``count`` connections (lying POST heads, or silent) held ``seconds`` while ``/livez`` is probed."""
-    verdict = Verdict("crowd-lies" if lie else "crowd-silent")
+    """``count`` connections (lying POST heads, or silent) held ``seconds`` while ``/livez`` is probed (over
+    TLS when the server serves it: then the silent crowd never starts its handshakes)."""
+    tls = server.verify if isinstance(server.verify, ssl.SSLContext) else None
+    verdict = Verdict("crowd-lies" if lie else "crowd-silent" if tls is None else "crowd-tls")
     workers = Workers(server)
     started = time.monotonic()
     with Prober(
-        server.port, "GET", "/livez", None, interval=1.0, timeout=CROWD_PROBE_BOUND_SECONDS + 2
+        server.port, "GET", "/livez", None, interval=1.0, timeout=CROWD_PROBE_BOUND_SECONDS + 2, tls=tls
     ) as livez:
         sockets, failed = open_crowd(server.port, count, LYING_HEAD if lie else b"", seconds=30.0)
         opened = time.monotonic() - started

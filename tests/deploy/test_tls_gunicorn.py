@@ -2,8 +2,8 @@
 a deadline as a request head has, a crowd that never completes one cannot keep a probe out, a plain HTTP
 request to the TLS port is told so, and clients that fail their handshake leave no tracebacks in the log.
 
-The certificate in ``tls/`` is for these tests only: self-signed, for localhost and 127.0.0.1, valid until
-2126, its key published with it. Loopback only; every crowd is bounded in count and time.
+The certificate is the test one in deploy/tls (self-signed, for 127.0.0.1). Loopback only; every crowd is
+bounded in count and time.
 """
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ import socket
 import ssl
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from deploy.launch import Server, TlsFiles, serving, start
+from deploy.launch import TEST_TLS as TLS
+from deploy.launch import Server, serving, start
 from deploy.slow_clients import SEED_BODY
 
 pytestmark = pytest.mark.gunicorn
 
-TLS = TlsFiles(Path(__file__).parent / "tls" / "certificate.pem", Path(__file__).parent / "tls" / "key.pem")
 WORKER_CONNECTIONS = 40  # a small worker, so that a crowd of 60 fills it
 CROWD = 60
 
