@@ -23,7 +23,7 @@ carries the request's ``X-Request-ID``) without its JSON log line, and any attac
 Then the overload scenarios of issue #18 (deploy/overload.py), each against a server of its own: ``heavy``,
 ``resend``, ``crowd-lies``, ``crowd-silent``, ``uploads``, ``expect``, ``gzip-members``, ``tiny-chunks``,
 ``unread-answers``, and ``crowd-tls`` (``crowd-silent`` against the server serving TLS itself, with the test
-certificate of deploy/tls). ``--only NAME ...`` runs some attacks
+certificate of deploy/test-tls). ``--only NAME ...`` runs some attacks
 alone (``python -m deploy.attack --only heavy``), ``--skip NAME ...`` leaves some out; ``--short`` is CI's
 form (shorter holds, fewer lying connections, two endpoints for ``heavy``); each count and hold has a flag.
 """
@@ -528,9 +528,10 @@ def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) 
             _, path, body = overload.worst_cases(short=True)[0]
             verdicts = [overload.resend(server, path, body, args.resend_seconds)]
         elif name == "crowd-lies":
-            verdicts = [overload.crowd(server, count=args.lies, lie=True, seconds=args.lies_seconds)]
+            verdicts = [overload.crowd(server, name, count=args.lies, lie=True, seconds=args.lies_seconds)]
         elif name in ("crowd-silent", "crowd-tls"):
-            verdicts = [overload.crowd(server, count=args.silent, lie=False, seconds=args.silent_seconds)]
+            silent, seconds = args.silent, args.silent_seconds
+            verdicts = [overload.crowd(server, name, count=silent, lie=False, seconds=seconds)]
         elif name == "uploads":
             verdicts = [overload.held_uploads(server, count=args.uploads, seconds=args.uploads_seconds)]
         elif name == "expect":

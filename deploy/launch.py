@@ -104,9 +104,9 @@ class TlsFiles:
         return ssl.create_default_context(cafile=str(self.certificate))
 
 
-# A certificate for loopback tests and the attack suite only: self-signed, for localhost and 127.0.0.1, valid
-# until 2126, its private key published beside it.
-TEST_TLS = TlsFiles(ROOT / "deploy" / "tls" / "certificate.pem", ROOT / "deploy" / "tls" / "key.pem")
+# A certificate for loopback tests and the attack suite only (deploy/test-tls/README.md): self-signed, for
+# localhost and 127.0.0.1, valid until 2126, its private key published beside it.
+TEST_TLS = TlsFiles(*(ROOT / "deploy" / "test-tls" / name for name in ("certificate.pem", "key.pem")))
 
 
 @dataclass(frozen=True)
@@ -159,8 +159,8 @@ class Server:
         self.process = process
         self.port = port
         self.base_url = f"{'http' if tls is None else 'https'}://127.0.0.1:{port}"
-        # what a client verifies the server's certificate with (True: the system's authorities, for http)
-        self.verify: ssl.SSLContext | bool = True if tls is None else tls.client_context()
+        # what a client trusts the server's certificate with, when it serves TLS
+        self.tls_context = None if tls is None else tls.client_context()
         self.config = config  # what the settings chose in the server's environment
         self.metrics_dir = metrics_dir
         self._own_metrics_dir = own_metrics_dir
@@ -173,6 +173,11 @@ class Server:
         ]
         for reader in self._readers:
             reader.start()
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """httpx's ``verify`` for this server."""
+        return True if self.tls_context is None else self.tls_context
 
     @property
     def pid(self) -> int:

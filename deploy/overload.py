@@ -32,9 +32,10 @@ shares the attacked loop) with ``/livez`` probed throughout (pass: every probe w
 
 And one found since, when gunicorn serves TLS itself (``--certfile``/``--keyfile``):
 
-- **crowd-tls**: crowd-silent against that server (the test certificate of deploy/tls), its probes over TLS:
-  the crowd's handshakes never start. The same pass condition (the handshakes had no deadline and were not
-  the worker's to close: 150 such connections against 2 × 50 ``worker_connections`` kept every probe out).
+- **crowd-tls**: crowd-silent against that server (the test certificate of deploy/test-tls), its probes
+  over TLS: the crowd's handshakes never start. The same pass condition (the handshakes had no deadline and
+  were not the worker's to close: 150 such connections against 2 × 50 ``worker_connections`` kept every
+  probe out).
 
 Each scenario returns a :class:`Verdict`: one summary line of what it measured, and its failures.
 """
@@ -506,15 +507,20 @@ def closed_by_server(sock: socket.socket) -> tuple[bool, bytes]:
     return False, received
 
 
-def crowd(server: Server, *, count: int, lie: bool, seconds: float) -> Verdict:
+def crowd(server: Server, name: str, *, count: int, lie: bool, seconds: float) -> Verdict:
     """``count`` connections (lying POST heads, or silent) held ``seconds`` while ``/livez`` is probed (over
     TLS when the server serves it: then the silent crowd never starts its handshakes)."""
-    tls = server.verify if isinstance(server.verify, ssl.SSLContext) else None
-    verdict = Verdict("crowd-lies" if lie else "crowd-silent" if tls is None else "crowd-tls")
+    verdict = Verdict(name)
     workers = Workers(server)
     started = time.monotonic()
     with Prober(
-        server.port, "GET", "/livez", None, interval=1.0, timeout=CROWD_PROBE_BOUND_SECONDS + 2, tls=tls
+        server.port,
+        "GET",
+        "/livez",
+        None,
+        interval=1.0,
+        timeout=CROWD_PROBE_BOUND_SECONDS + 2,
+        tls=server.tls_context,
     ) as livez:
         sockets, failed = open_crowd(server.port, count, LYING_HEAD if lie else b"", seconds=30.0)
         opened = time.monotonic() - started

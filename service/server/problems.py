@@ -2,8 +2,8 @@
 
 gunicorn answers malformed HTTP (and a worker that timed out) on its own (service/server/gunicorn_settings.py
 routes those answers here), and the worker answers a plain HTTP request to a TLS port (service/server/tls.py),
-so every answer, whoever writes it, is a problem document with a request id, the
-CORS headers a page needs to read it when every origin is allowed, and one JSON access-log line on stdout.
+so every answer, whoever writes it, is a problem document with a request id, the CORS headers a page needs to
+read it when every origin is allowed, and one JSON access-log line on stdout.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def log_answer(
         "level": "info",
         "logger": "service.access",
         "message": "request",
-        "method": method,  # None: gunicorn could not parse the request (or gave up on it)
+        "method": method,  # None: gunicorn could not parse the request, gave up on it, or it was not HTTPS
         "path": path,
         "status": status,
         "bytes": size,

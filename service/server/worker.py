@@ -236,8 +236,16 @@ class ClientSocket:
     ``continueResponseTiming="onRead"`` do; a final answer given before then goes without it. (Under TLS
     too: the worker wraps the connection for TLS first, and this one wraps that.)"""
 
-    def __init__(self, sock: Any, *, answer_timeout: float | None, on_stalled: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        sock: Any,
+        *,
+        answer_timeout: float | None,
+        on_stalled: Callable[[], None],
+        accepted: float | None = None,
+    ) -> None:
         self.sock = sock
+        self.accepted = time.monotonic() if accepted is None else accepted  # its connection's, monotonic
         self.bytes_received = 0
         self.request: Any = None  # gunicorn's message of the request being served (or the last one)
         # Of bytes_received, how many came before the request being served surely began: all but the last
@@ -397,8 +405,10 @@ def _chunked(headers: list[tuple[str, str]]) -> bool:
 
 
 class _NamedListener:
-    """A listening socket whose name was read when one of its connections was accepted: gunicorn reads it
-    only once a connection's TLS handshake is done, and by then a stop may have closed the socket."""
+    """A listening socket whose name was read when the worker began to serve it. gunicorn reads the name
+    for each connection, after the TLS handshake when there is one, and by then a stop may have closed the
+    socket (EBADF: the first request of a connection accepted before the stop was lost, with a traceback,
+    where one without TLS is served)."""
 
     def __init__(self, listener: Any) -> None:
         self._listener = listener
@@ -540,7 +550,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         # TLS context is not the server's either: it would do the handshake before handle(), with no deadline
         # (service/server/tls.py).
         self.tls_context = arguments.get("ssl_context")
-        server = StreamServer(listener, handle=functools.partial(self.handle, listener), spawn=spawn)
+        handle = functools.partial(self.handle, _NamedListener(listener))
+        server = StreamServer(listener, handle=handle, spawn=spawn)
         if self.shares_listener:
             server.max_accept = accepts_per_wakeup(0.0)
             self.servers.append(server)  # paced by _pace_accepts()
@@ -568,7 +579,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         if gevent.getcurrent() not in self.served:
             # A new connection: its first request is served even while the worker stops (gunicorn then
             # answers it with Connection: close); closing it unread would lose a request just sent.
-            return self.idle.wait(self.header_timeout(), kept_alive=False)
+            return self.idle.wait(self._first_head_seconds(), kept_alive=False)
         if not self.alive:
             # Stopping, on a connection served before (its request was in flight as the stop began, and
             # answered keep-alive): no next request, so it closes now instead of holding the stop for
@@ -581,6 +592,17 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             head_seconds=self.header_timeout(),
             sock=self.client_sockets.get(gevent.getcurrent()),
         )
+
+    def _first_head_seconds(self) -> float:
+        """``HEADER_TIMEOUT_SECONDS`` for a new connection's first head. While the worker stops, only what
+        is left of it since the connection was accepted: after a TLS handshake that took its own
+        ``HEADER_TIMEOUT_SECONDS``, a head trickled for as long again held the stop for the whole
+        ``GUNICORN_GRACEFUL_TIMEOUT`` (20 s), where a connection without TLS holds it for one timeout."""
+        seconds = self.header_timeout()
+        client = self.client_sockets.get(gevent.getcurrent())
+        if self.alive or client is None:
+            return seconds
+        return max(0.0, client.accepted + seconds - time.monotonic())
 
     def run(self) -> None:
         gevent.spawn(self._keep_room)
@@ -620,21 +642,20 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.idle.end_kept_alive_waits()
 
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
+        accepted = time.monotonic()
         self.open_connections += 1
         try:
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
             if self.tls_context is not None:
-                # gunicorn asks the listener its name once the handshake is done, and a stop that began
-                # meanwhile had closed it: the first request of a connection accepted before the stop was
-                # lost (EBADF), where one without TLS is served
-                listener = _NamedListener(listener)
                 client = self._secured(client, self.tls_context, addr)
                 if client is None:
                     return
             answer_timeout = None if self.admission is None else self.admission.limits.answer_timeout_seconds
             stalled = functools.partial(self._log_stalled_reader, addr, answer_timeout)
-            client_socket = ClientSocket(client, answer_timeout=answer_timeout, on_stalled=stalled)
+            client_socket = ClientSocket(
+                client, answer_timeout=answer_timeout, on_stalled=stalled, accepted=accepted
+            )
             self.client_sockets[gevent.getcurrent()] = client_socket
             super().handle(listener, client_socket, addr)
         finally:
@@ -647,19 +668,26 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         """``client`` with TLS set up within ``HEADER_TIMEOUT_SECONDS`` (then its first head has as long), a
         wait that the sweep for room may end as it ends a head's; None, the connection closed, when it was
         not."""
+        secured = None
         try:
             with self.idle.wait(self.header_timeout(), kept_alive=False) as wait:
-                return tls.handshake(client, context, suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
-            why = "to make room" if wait.ending else "at its deadline"
-            self.log.debug("closed the connection from %s %s: its TLS handshake was not done", addr, why)
+                secured = tls.handshake(client, context, suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
+            if secured is None:  # the wait ended it
+                why = "to make room" if wait.ending else "at its deadline"
+                self.log.debug("closed the connection from %s %s: its TLS handshake was not done", addr, why)
         except tls.PlainHttp:
+            # (the linger, 2 s at most, is no wait the sweep can end: a plain HTTP client reads its answer)
             with contextlib.suppress(OSError):
                 write_problem(client.sendall, 400, "Bad Request", tls.PLAIN_HTTP_DETAIL)
                 linger(client)
-        except (ssl.SSLError, OSError) as failure:  # the client's doing, not the server's: no traceback
+        except OSError as failure:  # ssl.SSLError is one
+            # Nearly always the client's doing (it left, or speaks no TLS this context accepts), so no
+            # traceback; when every handshake fails, the certificate or GUNICORN_CMD_ARGS' --ciphers are.
             self.log.debug("closed the connection from %s: its TLS handshake failed: %s", addr, failure)
-        client.close()
-        return None
+        finally:
+            if secured is None:
+                client.close()
+        return secured
 
     def handle_request(self, listener_name: Any, req: Any, sock: Any, addr: Any) -> Any:
         current = gevent.getcurrent()
