@@ -22,6 +22,8 @@ import numpy as np
 import pytest
 
 from deploy.launch import Server, serving, start
+from deploy.overload import closed_by_server
+from tests.sockets import silent_crowd
 
 pytestmark = pytest.mark.gunicorn
 
@@ -320,22 +322,11 @@ def test_a_kept_alive_connections_next_head_has_the_head_deadline_once_it_starts
 
 def test_a_crowd_of_idle_connections_cannot_keep_a_probe_out(server: Server) -> None:
     """60 connections that send nothing, against a worker that holds 40: the longest idle make room."""
-    crowd = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(CROWD)]
-    try:
-        time.sleep(
-            1.5
-        )  # past MIN_IDLE_SECONDS, so the crowd is evictable; well within the 10 s head deadline
+    with silent_crowd(server.port, CROWD) as crowd:
         answer = httpx.get(server.url("/livez"), timeout=5)
         assert answer.status_code == 200
-        closed = 0
-        for sock in crowd:
-            sock.settimeout(0.01)
-            with contextlib.suppress(TimeoutError):
-                closed += sock.recv(1) == b""
-        assert closed >= CROWD - WORKER_CONNECTIONS, f"only {closed} idle connections were closed for room"
-    finally:
-        for sock in crowd:
-            sock.close()
+        closed = sum(closed_by_server(sock)[0] for sock in crowd)
+    assert closed >= CROWD - WORKER_CONNECTIONS, f"only {closed} idle connections were closed for room"
 
 
 def test_a_long_computation_does_not_stop_the_worker_answering(heavy_server: Server) -> None:

@@ -22,7 +22,9 @@ import pytest
 
 from deploy.launch import TEST_TLS as TLS
 from deploy.launch import Server, serving, start
+from deploy.overload import closed_by_server
 from deploy.slow_clients import SEED_BODY
+from tests.sockets import silent_crowd
 
 pytestmark = pytest.mark.gunicorn
 
@@ -108,21 +110,12 @@ def test_a_crowd_that_never_completes_a_handshake_cannot_keep_a_probe_out(server
     """60 silent connections against a worker that holds 40, well within their 10 s head deadline: the
     sweep for room closes the longest waiting handshakes, as it closes idle heads, so probes get in. Before,
     the handshakes were not the worker's to count or close, and every probe timed out."""
-    crowd = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(CROWD)]
-    try:
-        time.sleep(1.5)  # past MIN_IDLE_SECONDS, so the crowd's waits may be ended for room
+    with silent_crowd(server.port, CROWD) as crowd:
         for _ in range(3):
             answer = httpx.get(server.url("/livez"), verify=server.verify, timeout=5)
             assert answer.status_code == 200
-        closed = 0
-        for sock in crowd:
-            sock.settimeout(0.01)
-            with contextlib.suppress(TimeoutError, ConnectionResetError):
-                closed += sock.recv(1) == b""
-        assert closed >= CROWD - WORKER_CONNECTIONS, f"only {closed} silent connections were closed for room"
-    finally:
-        for sock in crowd:
-            sock.close()
+        closed = sum(closed_by_server(sock)[0] for sock in crowd)
+    assert closed >= CROWD - WORKER_CONNECTIONS, f"only {closed} silent connections were closed for room"
 
 
 def test_plain_http_to_the_tls_port_is_a_400_that_says_so(server: Server) -> None:
