@@ -95,8 +95,12 @@ def exchange(port: int, raw: bytes, *, timeout: float = 30.0, hold: float = 0.0)
             while chunk := sock.recv(1 << 20):
                 pieces.append(chunk)
     answer = b"".join(pieces)
-    if not answer:
-        return None
+    return parse_answer(answer) if answer else None
+
+
+def parse_answer(answer: bytes) -> Answer:
+    """An HTTP/1.1 answer read whole (to the connection's end): its status, headers (names in lower case)
+    and body."""
     head, _, body = answer.partition(b"\r\n\r\n")
     status_line, *lines = head.decode("latin-1").split("\r\n")
     headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from deploy.attack import parse_answer
 from deploy.launch import Server, start
 from deploy.slow_clients import SEED_BODY
 
@@ -56,12 +57,8 @@ def raw_answer(server: Server, raw: bytes, *, half_close: bool = False) -> bytes
 
 def exchange(server: Server, raw: bytes, *, half_close: bool = False) -> tuple[int, dict[str, str], bytes]:
     """:func:`raw_answer`'s status, headers (lower-case names) and body."""
-    head, _, body = raw_answer(server, raw, half_close=half_close).partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    headers = {
-        name.lower(): value.strip() for name, _, value in (line.partition(":") for line in header_lines)
-    }
-    return int(status_line.split()[1]), headers, body
+    answer = parse_answer(raw_answer(server, raw, half_close=half_close))
+    return answer.status, answer.headers, answer.body
 
 
 def _series(server: Server) -> list[dict[str, str]]:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from deploy.attack import parse_answer
 from deploy.launch import TEST_TLS as TLS
 from deploy.launch import Server, serving, start
 from deploy.overload import closed_by_server
@@ -121,17 +122,15 @@ def test_a_crowd_that_never_completes_a_handshake_cannot_keep_a_probe_out(server
 def test_plain_http_to_the_tls_port_is_a_400_that_says_so(server: Server) -> None:
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
-        head, _, body = _read_to_end(sock).partition(b"\r\n\r\n")
-    status_line, *header_lines = head.decode("latin-1").split("\r\n")
-    fields = (line.partition(":") for line in header_lines)
-    headers = {name.lower(): value.strip() for name, _, value in fields}
-    assert status_line == "HTTP/1.1 400 Bad Request"
-    assert headers["content-type"] == "application/problem+json"
-    assert headers["connection"] == "close"
-    problem = json.loads(body)
+        raw = _read_to_end(sock)
+    assert raw.startswith(b"HTTP/1.1 400 Bad Request\r\n"), raw[:200]
+    answer = parse_answer(raw)
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.headers["connection"] == "close"
+    problem = json.loads(answer.body)
     assert problem["status"] == 400
     assert "https://" in problem["detail"]
-    assert problem["request_id"] == headers["x-request-id"]
+    assert problem["request_id"] == answer.headers["x-request-id"]
     server.wait_for(
         lambda: any(f'"request_id":"{problem["request_id"]}"' in line for line in list(server.stdout)),
         "the access-log line of the 400",
