@@ -26,6 +26,7 @@ import yaml
 import service.kernels
 from service import create_app
 from service.settings import Settings, derived_limits
+from tests.tolerance import assert_json_close
 
 ROOT = Path(__file__).resolve().parents[1]
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -201,7 +202,9 @@ def test_the_curl_examples_in_docs_layers_are_the_services_answers() -> None:
     assert len(examples) == 7
     client = create_app({"TESTING": True}).test_client()
     for path, body, answer in examples:
-        assert client.post(path, json=json.loads(body)).get_json() == json.loads(answer), path
+        # within a stated tolerance: the last bits differ between CPUs (one machine gave ...723015 for a
+        # documented ...723016)
+        assert_json_close(client.post(path, json=json.loads(body)).get_json(), json.loads(answer), where=path)
 
 
 def test_the_python_examples_in_docs_layers_are_the_kernels_answers() -> None:
