@@ -25,6 +25,7 @@ import yaml
 
 import service.kernels
 from service import create_app
+from service.server.connection_metrics import CLOSE_REASONS
 from service.settings import Settings, derived_limits
 from tests.tolerance import assert_json_close
 
@@ -329,3 +330,9 @@ def test_the_changelog_starts_with_unreleased_then_the_current_version() -> None
     assert headings[:2] == ["Unreleased", version]
     assert "Keep a Changelog" in changelog
     assert "](CHANGELOG.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_connection_close_reasons_are_the_ones_the_worker_counts() -> None:
+    section = operations_section("Metrics").split("### Connection metrics", 1)[1].split("\n### ", 1)[0]
+    documented = re.findall(r"^\| `(\w+)` \| (?!counter|gauge)", section, flags=re.MULTILINE)
+    assert documented == ["reason", *CLOSE_REASONS]  # the table's head, then its rows

@@ -67,6 +67,7 @@ from gevent.server import StreamServer
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server import tls
+from service.server.connection_metrics import connection_metrics
 from service.server.problems import write_problem
 from service.web.admission import Admission, admission_of
 from service.web.connection import (
@@ -118,6 +119,8 @@ class _Wait:
         self.greenlet = gevent.getcurrent()
         self.since = 0.0
         self.ending = False  # its end is on its way (from the loop's next turn)
+        self.end_reason: str | None = None  # why the worker ends it (connection_metrics.CLOSE_REASONS)
+        self.ended_early = False  # it was ended by end_now, not by its own deadline
 
     def __enter__(self) -> _Wait:
         self.since = time.monotonic()
@@ -136,6 +139,9 @@ class _Wait:
         """End the wait at once, if it still waits (from the event loop)."""
         if self in self._waits.waiting:
             self._waits.waiting.pop(self, None)
+            self.ended_early = True
+            if self.end_reason is not None:
+                self._waits.closed_by_server(self.end_reason)
             self._end(why)
 
     def _end(self, why: WaitEnd) -> None:
@@ -188,10 +194,13 @@ class _HeadWait(_ReadWait):
         kept_alive: bool,
         head_seconds: float | None = None,
         sock: ClientSocket | None = None,
+        expiry: str | None = None,
     ) -> None:
         # False: when it fires the with block just ends, and gunicorn closes the connection
         super().__init__(waits, gevent.Timeout(seconds, False))
         self.kept_alive = kept_alive  # a connection served before, waiting for its next request
+        # Why its connection is closed if its own deadline ends it (connection_metrics.CLOSE_REASONS).
+        self.expiry = expiry or ("idle_timeout" if kept_alive else "head_timeout")
         self._head_seconds = head_seconds or 0.0
         # Told by ``sock`` when the head starts, if that shortens the wait.
         self._sock = sock if head_seconds is not None and head_seconds < seconds else None
@@ -214,9 +223,13 @@ class _HeadWait(_ReadWait):
         self.timeout.cancel()
         self.timeout = gevent.Timeout(self._head_seconds, False)
         self.timeout.start()
+        self.expiry = "head_timeout"
 
     def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
-        return bool(self.timeout.__exit__(kind, value, traceback))
+        swallowed = bool(self.timeout.__exit__(kind, value, traceback))
+        if swallowed and not self.ended_early:  # its own deadline: the connection closes now
+            self._waits.closed_by_server(self.expiry)
+        return swallowed
 
 
 class ClientSocket:
@@ -444,10 +457,14 @@ def linger(sock: socket.socket) -> None:
 
 
 class IdleConnections:
-    """The connections waiting for the client (a request head, or more of a body), oldest wait first."""
+    """The connections waiting for the client (a request head, or more of a body), oldest wait first.
 
-    def __init__(self) -> None:
+    ``closed_by_server(reason)`` is told of each connection that a wait's end closes (a deadline, or the
+    worker's need for room; not a client's leaving): the worker's connection metrics."""
+
+    def __init__(self, closed_by_server: Callable[[str], None] | None = None) -> None:
         self.waiting: dict[_Wait, None] = {}  # insertion-ordered: the oldest wait first
+        self.closed_by_server = closed_by_server or _counted_nowhere
 
     def wait(
         self,
@@ -456,8 +473,11 @@ class IdleConnections:
         kept_alive: bool,
         head_seconds: float | None = None,
         sock: ClientSocket | None = None,
+        expiry: str | None = None,
     ) -> _HeadWait:
-        return _HeadWait(self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock)
+        return _HeadWait(
+            self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock, expiry=expiry
+        )
 
     def read(self, timeout: BaseException) -> _ReadWait:
         """A body read that waits for the client (service.web.connection.stall_watch)."""
@@ -473,7 +493,7 @@ class IdleConnections:
         A new connection's wait for its first head is left to its deadline: its client has just connected
         to send a request, which would be lost."""
         heads = [wait for wait in self.waiting if isinstance(wait, _HeadWait) and wait.kept_alive]
-        return _end_soon(heads, WaitEnd.CROWDED)
+        return _end_soon(heads, WaitEnd.CROWDED, "stopping")
 
     def close_longest_idle(self, count: int) -> int:
         """Have up to ``count`` waits end, the cheapest for their clients first: waits for a request head
@@ -495,23 +515,29 @@ class IdleConnections:
                 rooms.append(wait)
             elif now - wait.since >= MIN_IDLE_SECONDS:
                 (heads if isinstance(wait, _HeadWait) else reads).append(wait)
-        return _end_soon([*heads, *reversed(rooms), *reads][: max(0, count)], WaitEnd.CROWDED)
+        return _end_soon([*heads, *reversed(rooms), *reads][: max(0, count)], WaitEnd.CROWDED, "crowded")
 
     def end_waits_for_room_of_clients_gone(self, gone: Callable[[Greenlet], bool]) -> int:
         """End the waits for room of the connections whose client has left (``gone(greenlet)``, asked of
         each waiting connection's greenlet); how many. Each kept its place in the queue of bodies until its
         ``COMPUTE_QUEUE_SECONDS`` ran out, and a few such ghosts filled the queue for a real body."""
         rooms = [wait for wait in self.waiting if isinstance(wait, _RoomWait) and not wait.ending]
-        return _end_soon([wait for wait in rooms if gone(wait.greenlet)], WaitEnd.CLIENT_LEFT)
+        return _end_soon([wait for wait in rooms if gone(wait.greenlet)], WaitEnd.CLIENT_LEFT, None)
 
 
-def _end_soon(waits: Sequence[_Wait], why: WaitEnd) -> int:
-    """Have ``waits`` end from the event loop's next turn (marked as ending until then); how many."""
+def _end_soon(waits: Sequence[_Wait], why: WaitEnd, reason: str | None) -> int:
+    """Have ``waits`` end from the event loop's next turn (marked as ending until then); how many. Each
+    connection closed by it is counted for ``reason`` (None: its client's doing, not the server's)."""
     loop = gevent.get_hub().loop
     for wait in waits:
         wait.ending = True
+        wait.end_reason = reason
         loop.run_callback(wait.end_now, why)
     return len(waits)
+
+
+def _counted_nowhere(reason: str) -> None:
+    """The count of connections closed, where no metrics are kept (IdleConnections outside a worker)."""
 
 
 def accepts_per_wakeup(loop_lag_seconds: float) -> int:
@@ -525,7 +551,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.idle = IdleConnections()
+        self.idle = IdleConnections(closed_by_server=self._closed_by_server)
         self.open_connections = 0
         self.served: weakref.WeakSet[Greenlet] = weakref.WeakSet()  # connections past their first request
         self.client_sockets: dict[Greenlet, ClientSocket] = {}  # each connection's, by its greenlet
@@ -568,6 +594,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.close_after_each_answer = not self.cfg.keepalive
         if self.close_after_each_answer:
             self.cfg.set("keepalive", 1)
+        connection_metrics().serving(self.worker_connections)  # (made here, in the worker's own process)
         super().init_process()
 
     def header_timeout(self) -> float:
@@ -585,7 +612,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             # answered keep-alive): no next request, so it closes now instead of holding the stop for
             # GUNICORN_GRACEFUL_TIMEOUT. A request its client sends just now is lost, as at any server's
             # closing of an idle connection.
-            return self.idle.wait(0.0, kept_alive=True)
+            return self.idle.wait(0.0, kept_alive=True, expiry="stopping")
         return self.idle.wait(
             float(self.cfg.keepalive),
             kept_alive=True,
@@ -644,6 +671,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
     def handle(self, listener: Any, client: Any, addr: Any) -> None:
         accepted = time.monotonic()
         self.open_connections += 1
+        metrics = connection_metrics()
+        metrics.opened()
         try:
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
@@ -661,6 +690,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         finally:
             self.client_sockets.pop(gevent.getcurrent(), None)
             self.open_connections -= 1
+            metrics.ended()
             if not self.open_connections:
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
 
@@ -670,19 +700,24 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         not."""
         secured = None
         try:
-            with self.idle.wait(self.header_timeout(), kept_alive=False) as wait:
+            with self.idle.wait(
+                self.header_timeout(), kept_alive=False, expiry="tls_handshake_timeout"
+            ) as wait:
                 secured = tls.handshake(client, context, suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
             if secured is None:  # the wait ended it
                 why = "to make room" if wait.ending else "at its deadline"
                 self.log.debug("closed the connection from %s %s: its TLS handshake was not done", addr, why)
         except tls.PlainHttp:
+            self._closed_by_server("plain_http")
             # (the linger, 2 s at most, is no wait the sweep can end: a plain HTTP client reads its answer)
             with contextlib.suppress(OSError):
                 write_problem(client.sendall, 400, "Bad Request", tls.PLAIN_HTTP_DETAIL)
                 linger(client)
         except OSError as failure:  # ssl.SSLError is one
             # Nearly always the client's doing (it left, or speaks no TLS this context accepts), so no
-            # traceback; when every handshake fails, the certificate or GUNICORN_CMD_ARGS' --ciphers are.
+            # traceback; when every handshake fails, the certificate or GUNICORN_CMD_ARGS' --ciphers are
+            # (which the count of failed handshakes against accepted connections shows).
+            self._closed_by_server("tls_handshake_failed")
             self.log.debug("closed the connection from %s: its TLS handshake failed: %s", addr, failure)
         finally:
             if secured is None:
@@ -730,7 +765,12 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         client = self.client_sockets.get(connection)
         return client is not None and client.client_left()
 
+    @staticmethod
+    def _closed_by_server(reason: str) -> None:
+        connection_metrics().closed_by_server(reason)
+
     def _log_stalled_reader(self, addr: Any, seconds: float | None) -> None:
+        self._closed_by_server("answer_stalled")
         self.log.warning(
             "closed the connection from %s: its client took none of its answer for %s s "
             "(ANSWER_TIMEOUT_SECONDS)",

@@ -102,23 +102,15 @@ def test_an_upload_that_will_be_refused_gets_no_100_continue_and_is_not_drained(
     assert b"MAX_BODY_BYTES" in rest
 
 
-def _sample(server: Server, series: str) -> float:
-    """A sample's value on /metrics (0 while the series does not exist)."""
-    for line in httpx.get(server.url("/metrics"), timeout=10).text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.split()[-1])
-    return 0.0
-
-
 def test_a_refusal_before_100_continue_is_counted_as_the_app_counts_its_own(server: Server) -> None:
     """The worker answers it before the app runs; the metrics must still see it (an operator watching 413s
     and 503s would otherwise miss exactly those of the clients that send Expect, as curl does)."""
     http = 'attention_http_requests_total{endpoint="/v1/attention",method="POST",status="413"}'
     model = 'attention_inference_requests_total{model="attention",outcome="invalid",protocol="v1"}'
-    before = (_sample(server, http), _sample(server, model))
+    before = (server.sample(http), server.sample(model))
     first, rest = post_head(server, 999999999, headers=b"Expect: 100-continue\r\n", sent=b"")
     assert first.startswith(b"HTTP/1.1 413"), first + rest
-    assert (_sample(server, http), _sample(server, model)) == (before[0] + 1, before[1] + 1)
+    assert (server.sample(http), server.sample(model)) == (before[0] + 1, before[1] + 1)
 
 
 def test_an_upload_within_the_limits_still_gets_its_100_continue(server: Server) -> None:
@@ -492,6 +484,8 @@ def test_a_client_that_stops_reading_its_answer_is_disconnected() -> None:
             is not False
         )
         assert httpx.get(running.url("/livez"), timeout=10).status_code == 200
+        # counted for operators too: one connection closed, for this reason (none for the reader)
+        assert running.sample('attention_connections_closed_by_server_total{reason="answer_stalled"}') == 1
 
 
 def test_a_client_reading_its_answer_steadily_gets_all_of_it() -> None:
