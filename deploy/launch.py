@@ -231,13 +231,19 @@ class Server:
                 raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}:\n{self.log()}")
             time.sleep(0.05)
 
-    def sample(self, series: str) -> float:
-        """A sample's value on /metrics, named as the exposition writes it (``name{label="value"}``, labels
-        in name order), or 0 while the series does not exist."""
+    def samples(self, prefix: str) -> dict[str, float]:
+        """The samples on /metrics whose names start with ``prefix``, by the name and labels the exposition
+        writes (``name{label="value"}``, labels in name order)."""
+        found = {}
         for line in httpx.get(self.url("/metrics"), timeout=10, verify=self.verify).text.splitlines():
-            if line.startswith(series + " "):
-                return float(line.split()[-1])
-        return 0.0
+            if line.startswith(prefix):
+                series, _, value = line.rpartition(" ")
+                found[series] = float(value)
+        return found
+
+    def sample(self, series: str) -> float:
+        """One sample's value on /metrics (:meth:`samples`' key), or 0 while the series does not exist."""
+        return self.samples(series).get(series, 0.0)
 
     def stderr_contains(self, text: str) -> bool:
         return any(text in line for line in list(self.stderr))

@@ -512,6 +512,7 @@ def crowd(server: Server, name: str, *, count: int, lie: bool, seconds: float) -
     TLS when the server serves it: then the silent crowd never starts its handshakes)."""
     verdict = Verdict(name)
     workers = Workers(server)
+    closes_before = connection_series(server).closes
     started = time.monotonic()
     with Prober(
         server.port,
@@ -531,6 +532,11 @@ def crowd(server: Server, name: str, *, count: int, lie: bool, seconds: float) -
     verdict.seconds = time.monotonic() - started
     closed = sum(state for state, _ in states)
     answers = Counter(data.split(b" ", 2)[1].decode("latin-1") for _, data in states if data[:5] == b"HTTP/")
+    counted = {
+        reason: int(count - closes_before.get(reason, 0.0))
+        for reason, count in connection_series(server).closes.items()
+        if count != closes_before.get(reason, 0.0)
+    }
     if any(status.startswith("5") and status != "503" for status in answers):
         verdict.fail(f"answers on the crowd's connections: {dict(answers)}")
     in_time = livez.within(CROWD_PROBE_BOUND_SECONDS, livez_ok)
@@ -546,9 +552,33 @@ def crowd(server: Server, name: str, *, count: int, lie: bool, seconds: float) -
         f"{len(sockets)} {what} opened in {opened:.1f} s ({failed} not), held {seconds:.0f} s: "
         f"/livez {len(in_time)} of {len(livez.replies)} within 3 s ({share:.0%}, worst "
         f"{worst(livez.replies):.1f} s; {tally(livez.replies)}); the server closed {closed} "
-        f"({closed_share:.0%}), answers on them {dict(answers) or 'none'}; {killed}"
+        f"({closed_share:.0%}), answers on them {dict(answers) or 'none'}; its /metrics counted closes "
+        f"by the end: {counted or 'none'}; {killed}"
     )
     return verdict
+
+
+@dataclass(frozen=True)
+class ConnectionSeries:
+    """A server's connection metrics (service/server/connection_metrics.py) from one read of its /metrics."""
+
+    totals: dict[str, float]  # "accepted", "open", "capacity"
+    closes: dict[str, float]  # connections it closed, by reason (dead workers' included)
+
+
+def connection_series(server: Server) -> ConnectionSeries:
+    """What the server's operator sees of its connections (one /metrics read: one connection more)."""
+    prefix, by_reason = "attention_connections_", "attention_connections_closed_by_server_total{"
+    samples = server.samples(prefix)
+    closes = {series: value for series, value in samples.items() if series.startswith(by_reason)}
+    return ConnectionSeries(
+        totals={
+            series.removeprefix(prefix).removesuffix("_total"): value
+            for series, value in samples.items()
+            if series not in closes
+        },
+        closes={series.split('"')[1]: value for series, value in closes.items()},
+    )
 
 
 # --- held uploads ------------------------------------------------------------------------------------------

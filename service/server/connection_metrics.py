@@ -14,12 +14,13 @@ the open connections and capacity are summed over the live workers.
 from __future__ import annotations
 
 import functools
+from typing import Literal, get_args
 
 from prometheus_client import Counter, Gauge
 
 # Why the server closed a connection before its client did (docs/operations.md, "Connection metrics", says
 # what each means; a test holds the two to the same names).
-CLOSE_REASONS = (
+CloseReason = Literal[
     "idle_timeout",  # GUNICORN_KEEPALIVE
     "head_timeout",  # HEADER_TIMEOUT_SECONDS
     "crowded",  # closed to make room
@@ -28,20 +29,21 @@ CLOSE_REASONS = (
     "tls_handshake_timeout",
     "tls_handshake_failed",
     "plain_http",  # to a TLS port
-)
+]
+CLOSE_REASONS: tuple[CloseReason, ...] = get_args(CloseReason)
 
 
 class ConnectionMetrics:
     """One worker process's connection series (see the module's docstring); :func:`connection_metrics`."""
 
     def __init__(self) -> None:
-        self.accepted = Counter("attention_connections_accepted", "Client connections accepted.")
-        self.open = Gauge(
+        self._accepted = Counter("attention_connections_accepted", "Client connections accepted.")
+        self._open = Gauge(
             "attention_connections_open",
             "Client connections open now, summed over the live workers.",
             multiprocess_mode="livesum",
         )
-        self.capacity = Gauge(
+        self._capacity = Gauge(
             "attention_connections_capacity",
             "Connections the live workers may hold (worker_connections each), summed; past 90 % of a "
             "worker's, it closes connections to make room.",
@@ -54,25 +56,27 @@ class ConnectionMetrics:
         )
         self._closed = {reason: closed.labels(reason) for reason in CLOSE_REASONS}
 
-    def serving(self, worker_connections: int) -> None:
-        """This worker process may hold ``worker_connections`` connections from now on."""
-        self.capacity.set(worker_connections)
+    def set_capacity(self, worker_connections: int) -> None:
+        """This worker process may hold ``worker_connections`` connections."""
+        self._capacity.set(worker_connections)
 
-    def opened(self) -> None:
-        self.accepted.inc()
-        self.open.inc()
+    def connection_accepted(self) -> None:
+        self._accepted.inc()
+        self._open.inc()
 
-    def ended(self) -> None:
-        self.open.dec()
+    def connection_ended(self) -> None:
+        """A connection accepted is closed, by either side, for whatever reason."""
+        self._open.dec()
 
-    def closed_by_server(self, reason: str) -> None:
-        """Count a connection the server closed for ``reason`` (one of :data:`CLOSE_REASONS`)."""
+    def count_close(self, reason: CloseReason) -> None:
+        """A connection the server closed for ``reason``."""
         self._closed[reason].inc()
 
 
 @functools.cache
 def connection_metrics() -> ConnectionMetrics:
-    """This process's connection metrics, made on first use. The worker first uses them once it has forked:
-    made in gunicorn's master (which imports the worker's module), their samples would go to files of the
-    master's, which the master's start-up then deletes."""
+    """This process's connection metrics, made on first use: by a worker, once it has forked. gunicorn's
+    master imports the worker's module, and metrics made there at import would give the master sample files
+    of its own in the metrics directory, which nothing writes to. (The worker's ``__init__`` runs in the
+    master too, so the worker looks its metrics up when it counts.)"""
     return ConnectionMetrics()

@@ -34,6 +34,9 @@ worker. What it lacks, and this subclass adds through the worker's public method
   new connections came in one per round (2 workers, 64 connections at once: the last first request answered
   after 1.0-1.4 s, wrk's p99 0.5-0.9 s). This worker accepts more per wake-up as its loop lags
   (:func:`accepts_per_wakeup`), and one at a time, as gunicorn, while it keeps up.
+- **Its decisions counted.** What it does with connections that no answer records (a close at a head's or
+  a handshake's deadline, for room, as it stops, for a client that stopped reading) is counted on
+  ``/metrics`` (service/server/connection_metrics.py).
 - **Close, don't drain.** When the app asks to close a connection after its answer (a body it refused or that
   did not arrive in time, see service/web/connection.py), the connection is closed rather than kept alive,
   which would make gunicorn read the rest of that body first.
@@ -67,7 +70,7 @@ from gevent.server import StreamServer
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server import tls
-from service.server.connection_metrics import connection_metrics
+from service.server.connection_metrics import CloseReason, connection_metrics
 from service.server.problems import write_problem
 from service.web.admission import Admission, admission_of
 from service.web.connection import (
@@ -97,6 +100,9 @@ LINGER_READ_BYTES = 64 * 1024
 # gunicorn's interim answer to a head with ``Expect: 100-continue`` (ClientSocket holds it back).
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 INTERIM = b"HTTP/1.1 1"  # how every interim (1xx) answer's head starts
+# How a TLS handshake fails when its client closes or resets the connection (before sending anything:
+# tls.handshake's ConnectionAbortedError; during it: an EOF against the protocol, or a reset).
+CLIENT_LEFT_HANDSHAKE = (ConnectionAbortedError, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
 # A worker sharing the listening socket accepts one more connection per wake-up for each of these seconds its
 # loop lags, up to the most: a connection waits about one turn of a busy loop instead of one turn per
 # connection ahead of it. The loop's lag is measured every PACE_SECONDS; a worker left with no connection
@@ -119,8 +125,7 @@ class _Wait:
         self.greenlet = gevent.getcurrent()
         self.since = 0.0
         self.ending = False  # its end is on its way (from the loop's next turn)
-        self.end_reason: str | None = None  # why the worker ends it (connection_metrics.CLOSE_REASONS)
-        self.ended_early = False  # it was ended by end_now, not by its own deadline
+        self.ended_by_worker = False  # by end_now (for room, or as the worker stops), not its own deadline
 
     def __enter__(self) -> _Wait:
         self.since = time.monotonic()
@@ -135,14 +140,17 @@ class _Wait:
         """Whether the wait's end is swallowed here: no, the waiting code answers it itself."""
         return False
 
-    def end_now(self, why: WaitEnd) -> None:
-        """End the wait at once, if it still waits (from the event loop)."""
+    def end_now(self, why: WaitEnd, reason: CloseReason | None) -> None:
+        """End the wait at once, if it still waits (from the event loop), and count its connection's close
+        for ``reason`` (None: not the server's doing, as when the client has left)."""
         if self in self._waits.waiting:
             self._waits.waiting.pop(self, None)
-            self.ended_early = True
-            if self.end_reason is not None:
-                self._waits.closed_by_server(self.end_reason)
-            self._end(why)
+            self.ended_by_worker = True
+            try:
+                self._end(why)
+            finally:
+                if reason is not None:
+                    self._waits.count_close(reason)
 
     def _end(self, why: WaitEnd) -> None:
         raise NotImplementedError
@@ -156,9 +164,9 @@ class _ReadWait(_Wait):
         super().__init__(waits)
         self.timeout = timeout
 
-    def end_now(self, why: WaitEnd) -> None:
+    def end_now(self, why: WaitEnd, reason: CloseReason | None) -> None:
         self.timeout.cancel()
-        super().end_now(why)
+        super().end_now(why, reason)
 
     def _end(self, why: WaitEnd) -> None:
         self.greenlet.throw(self.timeout)
@@ -194,16 +202,18 @@ class _HeadWait(_ReadWait):
         kept_alive: bool,
         head_seconds: float | None = None,
         sock: ClientSocket | None = None,
-        expiry: str | None = None,
+        deadline_reason: CloseReason | None = None,
     ) -> None:
         # False: when it fires the with block just ends, and gunicorn closes the connection
         super().__init__(waits, gevent.Timeout(seconds, False))
         self.kept_alive = kept_alive  # a connection served before, waiting for its next request
-        # Why its connection is closed if its own deadline ends it (connection_metrics.CLOSE_REASONS).
-        self.expiry = expiry or ("idle_timeout" if kept_alive else "head_timeout")
+        # What its connection's close is counted as when its own deadline ends it.
+        self.deadline_reason: CloseReason = deadline_reason or (
+            "idle_timeout" if kept_alive else "head_timeout"
+        )
+        self._seconds = seconds
         self._head_seconds = head_seconds or 0.0
-        # Told by ``sock`` when the head starts, if that shortens the wait.
-        self._sock = sock if head_seconds is not None and head_seconds < seconds else None
+        self._sock = sock if head_seconds is not None else None  # tells it when the head starts
 
     def __enter__(self) -> _HeadWait:
         super().__enter__()
@@ -219,16 +229,18 @@ class _HeadWait(_ReadWait):
 
     def head_started(self) -> None:
         """The head's first bytes came (its socket calls this once, inside the wait): from now its rest has
-        ``head_seconds`` (a new timer; gevent's keeps the time it was made with)."""
-        self.timeout.cancel()
-        self.timeout = gevent.Timeout(self._head_seconds, False)
-        self.timeout.start()
-        self.expiry = "head_timeout"
+        ``head_seconds``, if that is sooner than the wait's end (a new timer; gevent's keeps the time it was
+        made with), and its connection is closed at the deadline of a head, not of an idle connection."""
+        self.deadline_reason = "head_timeout"
+        if time.monotonic() + self._head_seconds < self.since + self._seconds:
+            self.timeout.cancel()
+            self.timeout = gevent.Timeout(self._head_seconds, False)
+            self.timeout.start()
 
     def swallows(self, kind: Any, value: Any, traceback: Any) -> bool:
         swallowed = bool(self.timeout.__exit__(kind, value, traceback))
-        if swallowed and not self.ended_early:  # its own deadline: the connection closes now
-            self._waits.closed_by_server(self.expiry)
+        if swallowed and not self.ended_by_worker:  # its own deadline (end_now counts its own ends)
+            self._waits.count_close(self.deadline_reason)
         return swallowed
 
 
@@ -459,12 +471,13 @@ def linger(sock: socket.socket) -> None:
 class IdleConnections:
     """The connections waiting for the client (a request head, or more of a body), oldest wait first.
 
-    ``closed_by_server(reason)`` is told of each connection that a wait's end closes (a deadline, or the
-    worker's need for room; not a client's leaving): the worker's connection metrics."""
+    ``count_close(reason)`` is told of each connection that the worker closes by ending a wait: a head's or
+    a TLS handshake's own deadline, or an end for room or as the worker stops (not one whose client has
+    left, nor a body's own deadline, whose 408 the app answers): the worker's connection metrics."""
 
-    def __init__(self, closed_by_server: Callable[[str], None] | None = None) -> None:
+    def __init__(self, count_close: Callable[[CloseReason], None] | None = None) -> None:
         self.waiting: dict[_Wait, None] = {}  # insertion-ordered: the oldest wait first
-        self.closed_by_server = closed_by_server or _counted_nowhere
+        self.count_close = count_close or _counted_nowhere
 
     def wait(
         self,
@@ -473,10 +486,15 @@ class IdleConnections:
         kept_alive: bool,
         head_seconds: float | None = None,
         sock: ClientSocket | None = None,
-        expiry: str | None = None,
+        deadline_reason: CloseReason | None = None,
     ) -> _HeadWait:
         return _HeadWait(
-            self, seconds, kept_alive=kept_alive, head_seconds=head_seconds, sock=sock, expiry=expiry
+            self,
+            seconds,
+            kept_alive=kept_alive,
+            head_seconds=head_seconds,
+            sock=sock,
+            deadline_reason=deadline_reason,
         )
 
     def read(self, timeout: BaseException) -> _ReadWait:
@@ -492,7 +510,11 @@ class IdleConnections:
         """End every wait for the next request on a connection kept alive (they close); how many were ended.
         A new connection's wait for its first head is left to its deadline: its client has just connected
         to send a request, which would be lost."""
-        heads = [wait for wait in self.waiting if isinstance(wait, _HeadWait) and wait.kept_alive]
+        heads = [
+            wait
+            for wait in self.waiting
+            if isinstance(wait, _HeadWait) and wait.kept_alive and not wait.ending
+        ]
         return _end_soon(heads, WaitEnd.CROWDED, "stopping")
 
     def close_longest_idle(self, count: int) -> int:
@@ -525,18 +547,18 @@ class IdleConnections:
         return _end_soon([wait for wait in rooms if gone(wait.greenlet)], WaitEnd.CLIENT_LEFT, None)
 
 
-def _end_soon(waits: Sequence[_Wait], why: WaitEnd, reason: str | None) -> int:
-    """Have ``waits`` end from the event loop's next turn (marked as ending until then); how many. Each
-    connection closed by it is counted for ``reason`` (None: its client's doing, not the server's)."""
+def _end_soon(waits: Sequence[_Wait], why: WaitEnd, reason: CloseReason | None) -> int:
+    """Have ``waits`` (none of them ending already) end from the event loop's next turn, marked as ending
+    until then; how many. Each connection closed by it is counted for ``reason`` (None: its client's doing,
+    not the server's)."""
     loop = gevent.get_hub().loop
     for wait in waits:
         wait.ending = True
-        wait.end_reason = reason
-        loop.run_callback(wait.end_now, why)
+        loop.run_callback(wait.end_now, why, reason)
     return len(waits)
 
 
-def _counted_nowhere(reason: str) -> None:
+def _counted_nowhere(reason: CloseReason) -> None:
     """The count of connections closed, where no metrics are kept (IdleConnections outside a worker)."""
 
 
@@ -551,7 +573,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.idle = IdleConnections(closed_by_server=self._closed_by_server)
+        self.idle = IdleConnections(count_close=self._count_close)
         self.open_connections = 0
         self.served: weakref.WeakSet[Greenlet] = weakref.WeakSet()  # connections past their first request
         self.client_sockets: dict[Greenlet, ClientSocket] = {}  # each connection's, by its greenlet
@@ -594,7 +616,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.close_after_each_answer = not self.cfg.keepalive
         if self.close_after_each_answer:
             self.cfg.set("keepalive", 1)
-        connection_metrics().serving(self.worker_connections)  # (made here, in the worker's own process)
+        connection_metrics().set_capacity(self.worker_connections)  # made here, in the worker's own process
         super().init_process()
 
     def header_timeout(self) -> float:
@@ -612,7 +634,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             # answered keep-alive): no next request, so it closes now instead of holding the stop for
             # GUNICORN_GRACEFUL_TIMEOUT. A request its client sends just now is lost, as at any server's
             # closing of an idle connection.
-            return self.idle.wait(0.0, kept_alive=True, expiry="stopping")
+            return self.idle.wait(0.0, kept_alive=True, deadline_reason="stopping")
         return self.idle.wait(
             float(self.cfg.keepalive),
             kept_alive=True,
@@ -672,7 +694,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         accepted = time.monotonic()
         self.open_connections += 1
         metrics = connection_metrics()
-        metrics.opened()
+        metrics.connection_accepted()
         try:
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
@@ -681,7 +703,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 if client is None:
                     return
             answer_timeout = None if self.admission is None else self.admission.limits.answer_timeout_seconds
-            stalled = functools.partial(self._log_stalled_reader, addr, answer_timeout)
+            stalled = functools.partial(self._on_stalled_reader, addr, answer_timeout)
             client_socket = ClientSocket(
                 client, answer_timeout=answer_timeout, on_stalled=stalled, accepted=accepted
             )
@@ -690,7 +712,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         finally:
             self.client_sockets.pop(gevent.getcurrent(), None)
             self.open_connections -= 1
-            metrics.ended()
+            metrics.connection_ended()
             if not self.open_connections:
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
 
@@ -701,23 +723,28 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         secured = None
         try:
             with self.idle.wait(
-                self.header_timeout(), kept_alive=False, expiry="tls_handshake_timeout"
+                self.header_timeout(), kept_alive=False, deadline_reason="tls_handshake_timeout"
             ) as wait:
                 secured = tls.handshake(client, context, suppress_ragged_eofs=self.cfg.suppress_ragged_eofs)
             if secured is None:  # the wait ended it
-                why = "to make room" if wait.ending else "at its deadline"
+                why = "to make room" if wait.ended_by_worker else "at its deadline"
                 self.log.debug("closed the connection from %s %s: its TLS handshake was not done", addr, why)
         except tls.PlainHttp:
-            self._closed_by_server("plain_http")
+            self._count_close("plain_http")
             # (the linger, 2 s at most, is no wait the sweep can end: a plain HTTP client reads its answer)
             with contextlib.suppress(OSError):
                 write_problem(client.sendall, 400, "Bad Request", tls.PLAIN_HTTP_DETAIL)
                 linger(client)
+        except CLIENT_LEFT_HANDSHAKE as gone:
+            # It closed or reset the connection (as a balancer's TCP check does): its doing, not counted.
+            self.log.debug(
+                "closed the connection from %s: its client left during the TLS handshake: %s", addr, gone
+            )
         except OSError as failure:  # ssl.SSLError is one
-            # Nearly always the client's doing (it left, or speaks no TLS this context accepts), so no
-            # traceback; when every handshake fails, the certificate or GUNICORN_CMD_ARGS' --ciphers are
-            # (which the count of failed handshakes against accepted connections shows).
-            self._closed_by_server("tls_handshake_failed")
+            # Nearly always the client's doing (it speaks no TLS this context accepts, or refused the
+            # certificate), so no traceback. When most handshakes fail, the certificate or GUNICORN_CMD_ARGS'
+            # --ciphers are wrong: the count of these against the connections accepted shows it.
+            self._count_close("tls_handshake_failed")
             self.log.debug("closed the connection from %s: its TLS handshake failed: %s", addr, failure)
         finally:
             if secured is None:
@@ -766,11 +793,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         return client is not None and client.client_left()
 
     @staticmethod
-    def _closed_by_server(reason: str) -> None:
-        connection_metrics().closed_by_server(reason)
+    def _count_close(reason: CloseReason) -> None:
+        connection_metrics().count_close(reason)
 
-    def _log_stalled_reader(self, addr: Any, seconds: float | None) -> None:
-        self._closed_by_server("answer_stalled")
+    def _on_stalled_reader(self, addr: Any, seconds: float | None) -> None:
+        self._count_close("answer_stalled")
         self.log.warning(
             "closed the connection from %s: its client took none of its answer for %s s "
             "(ANSWER_TIMEOUT_SECONDS)",

@@ -150,11 +150,16 @@ def test_failed_handshakes_are_logged_in_a_line_each_without_a_traceback(server:
             sock.shutdown(socket.SHUT_WR)  # no more: the server sees the end of what it was sent
             _read_to_end(sock)
 
+    def lines(saying: str) -> list[str]:
+        return [line for line in list(server.stderr)[mark:] if saying in line]
+
     def failed() -> list[str]:
-        return [line for line in list(server.stderr)[mark:] if "its TLS handshake failed" in line]
+        return lines("its TLS handshake failed") + lines("its client left during the TLS handshake")
 
     server.wait_for(lambda: len(failed()) >= len(hellos), "a debug line for each failed handshake", 10)
     assert len(failed()) == len(hellos), failed()
+    # Leaving before sending anything, or within a record, is the client's doing; the others are failures.
+    assert len(lines("its client left")) == 2, failed()
     assert not [line for line in list(server.stderr)[mark:] if "Traceback" in line], server.log()
     assert httpx.get(server.url("/livez"), verify=server.verify, timeout=5).status_code == 200
 
