@@ -79,8 +79,15 @@ def log_answer(
 
 
 def write_problem(write: Callable[[bytes], object], status: int, reason: str, detail: str) -> None:
-    """Write the whole answer for a problem with ``write`` and log it (the answer says ``Connection: close``:
-    the caller closes the connection after it)."""
+    """Write the whole answer for a problem with ``write``, log it and count it in the HTTP metrics, as the
+    app's are (the answer says ``Connection: close``: the caller closes the connection after it). Its request
+    matched no route, and its method is unknown (``other``): gunicorn could not parse it, or it was not
+    HTTPS."""
+    # Imported here, in the worker answering: gunicorn_settings imports this module before it sets
+    # PROMETHEUS_MULTIPROC_DIR, and prometheus_client reads that once, as it is first imported.
+    from service.web.metrics import OTHER, UNMATCHED, count_answer
+
     answer, request_id = problem_bytes(status, reason, detail)
     write(answer)
     log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)
+    count_answer(UNMATCHED, OTHER, status, None, 0)

@@ -165,11 +165,14 @@ def test_tls_connections_closed_for_their_handshake_are_counted_by_what_went_wro
     handshake (as a balancer's TCP check does) closed the connection itself: not counted."""
     with serving(env={"HEADER_TIMEOUT_SECONDS": "1"}, workers=1, tls=TEST_TLS) as secured:
         before, _ = until(secured, only_scrapes_open)
+        answered = 'attention_http_requests_total{endpoint="<unmatched>",method="other",status="400"}'
+        answered_before = secured.sample(answered)
         with socket.create_connection(("127.0.0.1", secured.port), timeout=10) as plain:
             plain.sendall(LIVEZ)
             answer, closed = read_for(plain, SETTLE_SECONDS)
         assert answer.startswith(b"HTTP/1.1 400 "), answer[:100]
         assert closed
+        assert secured.sample(answered) == answered_before + 1  # its answer, in the HTTP metrics
         with socket.create_connection(("127.0.0.1", secured.port), timeout=10) as garbled:
             garbled.sendall(b"\x16\x03\x01\x00\x05hello")  # a TLS record that holds no ClientHello
             assert closed_within_settle(garbled)

@@ -263,9 +263,12 @@ def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_director
         assert recycling.terminate() == 0, recycling.log()
 
 
-def test_gunicorns_own_errors_carry_a_request_id_cors_and_a_log_line(server: Server) -> None:
+def test_gunicorns_own_errors_carry_a_request_id_cors_and_a_log_line_and_are_counted(server: Server) -> None:
+    counted = 'attention_http_requests_total{endpoint="<unmatched>",method="other",status="414"}'
+    before = server.sample(counted)
     status, headers, body = exchange(server, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
     assert status == 414
+    assert server.sample(counted) == before + 1  # as the app counts its own answers: none goes unseen
     request_id = headers["x-request-id"]
     assert json.loads(body)["request_id"] == request_id
     assert headers["access-control-allow-origin"] == "*"  # CORS_ORIGINS is "*" by default
