@@ -694,8 +694,10 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         accepted = time.monotonic()
         self.open_connections += 1
         metrics = connection_metrics()
-        metrics.connection_accepted()
         try:
+            # In the try: the worker's own count of open connections, which decides when it is crowded, must
+            # come back down whatever happens to the metrics' files.
+            metrics.connection_accepted()
             if self.open_connections > self.crowded_above:
                 self.idle.close_longest_idle(self.open_connections - self.crowded_above)
             if self.tls_context is not None:
@@ -712,9 +714,9 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         finally:
             self.client_sockets.pop(gevent.getcurrent(), None)
             self.open_connections -= 1
-            metrics.connection_ended()
             if not self.open_connections:
                 self._set_accepts_per_wakeup(accepts_per_wakeup(0.0))
+            metrics.connection_ended()  # last: the worker's own state is right whatever happens here
 
     def _secured(self, client: Any, context: ssl.SSLContext, addr: Any) -> ssl.SSLSocket | None:
         """``client`` with TLS set up within ``HEADER_TIMEOUT_SECONDS`` (then its first head has as long), a
