@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from bench.worst_cases import worst_case_requests
 from deploy import slow_clients
 from deploy.launch import MIB, Server, memory_of
+from service.server.connection_metrics import CLOSED, PREFIX
 
 GIB = 1024 * MIB
 LIVEZ_BOUND_SECONDS = 1.0
@@ -533,9 +534,7 @@ def crowd(server: Server, name: str, *, count: int, lie: bool, seconds: float) -
     closed = sum(state for state, _ in states)
     answers = Counter(data.split(b" ", 2)[1].decode("latin-1") for _, data in states if data[:5] == b"HTTP/")
     counted = {
-        reason: int(count - closes_before.get(reason, 0.0))
-        for reason, count in connection_series(server).closes.items()
-        if count != closes_before.get(reason, 0.0)
+        reason: int(count) for reason, count in new_closes(closes_before, connection_series(server)).items()
     }
     if any(status.startswith("5") and status != "503" for status in answers):
         verdict.fail(f"answers on the crowd's connections: {dict(answers)}")
@@ -568,17 +567,26 @@ class ConnectionSeries:
 
 def connection_series(server: Server) -> ConnectionSeries:
     """What the server's operator sees of its connections (one /metrics read: one connection more)."""
-    prefix, by_reason = "attention_connections_", "attention_connections_closed_by_server_total{"
-    samples = server.samples(prefix)
+    by_reason = CLOSED + "_total{"
+    samples = server.samples(PREFIX)
     closes = {series: value for series, value in samples.items() if series.startswith(by_reason)}
     return ConnectionSeries(
         totals={
-            series.removeprefix(prefix).removesuffix("_total"): value
+            series.removeprefix(PREFIX).removesuffix("_total"): value
             for series, value in samples.items()
             if series not in closes
         },
         closes={series.split('"')[1]: value for series, value in closes.items()},
     )
+
+
+def new_closes(before: dict[str, float], after: ConnectionSeries) -> dict[str, float]:
+    """The close reasons whose counts changed since ``before`` (a reading's ``closes``), and by how much."""
+    return {
+        reason: count - before.get(reason, 0.0)
+        for reason, count in after.closes.items()
+        if count != before.get(reason, 0.0)
+    }
 
 
 # --- held uploads ------------------------------------------------------------------------------------------

@@ -31,26 +31,28 @@ CloseReason = Literal[
     "plain_http",  # to a TLS port
 ]
 CLOSE_REASONS: tuple[CloseReason, ...] = get_args(CloseReason)
+PREFIX = "attention_connections_"  # every series' name starts so
+CLOSED = PREFIX + "closed_by_server"  # the counter of closes, by reason
 
 
 class ConnectionMetrics:
     """One worker process's connection series (see the module's docstring); :func:`connection_metrics`."""
 
     def __init__(self) -> None:
-        self._accepted = Counter("attention_connections_accepted", "Client connections accepted.")
+        self._accepted = Counter(PREFIX + "accepted", "Client connections accepted.")
         self._open = Gauge(
-            "attention_connections_open",
+            PREFIX + "open",
             "Client connections open now, summed over the live workers.",
             multiprocess_mode="livesum",
         )
         self._capacity = Gauge(
-            "attention_connections_capacity",
+            PREFIX + "capacity",
             "Connections the live workers may hold (worker_connections each), summed; past 90 % of a "
             "worker's, it closes connections to make room.",
             multiprocess_mode="livesum",
         )
         closed = Counter(
-            "attention_connections_closed_by_server",
+            CLOSED,
             "Connections the server closed before their client did, by reason (the reasons are fixed).",
             ["reason"],
         )

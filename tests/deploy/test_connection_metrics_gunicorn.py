@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from deploy.launch import TEST_TLS, Server, serving, start
-from deploy.overload import ConnectionSeries, closed_by_server, connection_series, read_for
+from deploy.overload import ConnectionSeries, closed_by_server, connection_series, new_closes, read_for
 from service.server.connection_metrics import CLOSE_REASONS
 from tests.sockets import silent_crowd
 
@@ -51,15 +51,6 @@ def only_scrapes_open(series: ConnectionSeries) -> bool:
     return series.totals["open"] == 1
 
 
-def closes(before: ConnectionSeries, after: ConnectionSeries) -> dict[str, float]:
-    """The close reasons whose counts changed between two readings, and by how much."""
-    return {
-        reason: after.closes[reason] - before.closes[reason]
-        for reason in CLOSE_REASONS
-        if after.closes[reason] != before.closes[reason]
-    }
-
-
 def closed_within_settle(sock: socket.socket) -> bool:
     """Whether the server closes ``sock`` within :data:`SETTLE_SECONDS`."""
     return read_for(sock, SETTLE_SECONDS)[1]
@@ -88,7 +79,7 @@ def test_connections_are_counted_open_until_their_clients_close_them(quick: Serv
             sock.close()
     after, _ = until(quick, only_scrapes_open)
     assert during.totals["accepted"] == before.totals["accepted"] + 5 + reads
-    assert closes(before, after) == {}  # the clients closed them, not the server
+    assert new_closes(before.closes, after) == {}  # the clients closed them, not the server
 
 
 def test_a_head_that_never_ends_and_an_idle_kept_alive_connection_are_told_apart(quick: Server) -> None:
@@ -108,7 +99,7 @@ def test_a_head_that_never_ends_and_an_idle_kept_alive_connection_are_told_apart
         restarted.sendall(b"GET /livez HTTP/1.1\r\n")
         assert [closed_within_settle(sock) for sock in (partial, idle, restarted)] == [True, True, True]
     after, _ = until(quick, only_scrapes_open)
-    assert closes(before, after) == {"head_timeout": 2, "idle_timeout": 1}
+    assert new_closes(before.closes, after) == {"head_timeout": 2, "idle_timeout": 1}
 
 
 def test_a_crowd_closed_for_room_is_counted_as_its_clients_saw_it() -> None:
@@ -130,8 +121,8 @@ def test_a_crowd_closed_for_room_is_counted_as_its_clients_saw_it() -> None:
             after, _ = until(small, settled)
         done, _ = until(small, only_scrapes_open)  # the rest closed by their own clients
     assert seen[-1] >= 60 - 36, f"only {seen[-1]} of the crowd were closed"
-    assert closes(before, after) == {"crowded": seen[-1]}
-    assert closes(after, done) == {}
+    assert new_closes(before.closes, after) == {"crowded": seen[-1]}
+    assert new_closes(after.closes, done) == {}
 
 
 def test_a_kept_alive_connection_closed_as_its_worker_is_recycled_counts_as_stopping() -> None:
@@ -154,7 +145,7 @@ def test_a_kept_alive_connection_closed_as_its_worker_is_recycled_counts_as_stop
         recycling.wait_for(lambda: recycling.worker_pids().isdisjoint(first_worker), "the next worker")
         recycling.wait_for(recycling.ready, "the next worker to serve")
         after, _ = until(recycling, only_scrapes_open)
-    assert closes(before, after) == {"stopping": 1}
+    assert new_closes(before.closes, after) == {"stopping": 1}
     assert after.totals["capacity"] == before.totals["capacity"]  # one live worker's, as before
 
 
@@ -186,4 +177,8 @@ def test_tls_connections_closed_for_their_handshake_are_counted_by_what_went_wro
             assert closed_within_settle(silent)  # at the 1 s deadline
         socket.create_connection(("127.0.0.1", secured.port), timeout=10).close()  # a TCP check
         after, _ = until(secured, lambda series: only_scrapes_open(series) and series.totals["accepted"] > 0)
-    assert closes(before, after) == {"plain_http": 1, "tls_handshake_failed": 2, "tls_handshake_timeout": 1}
+    assert new_closes(before.closes, after) == {
+        "plain_http": 1,
+        "tls_handshake_failed": 2,
+        "tls_handshake_timeout": 1,
+    }
