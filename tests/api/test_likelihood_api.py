@@ -103,6 +103,30 @@ def test_invalid_requests_are_422_naming_the_field(
     assert_problem(client.post("/v1/log-likelihood", json=body), 422, field=field, says=says)
 
 
+@pytest.mark.parametrize(
+    "ignore_index", ["-9223372036854775809", "-9223372036854775808.5", "9223372036854775808", "1e19"]
+)
+def test_an_ignore_index_beyond_int64_is_refused_not_rounded_into_range(
+    client: FlaskClient, ignore_index: str
+) -> None:
+    # orjson reads an integer literal beyond int64 as a float: -9223372036854775809 became -2**63, in range,
+    # and the request was answered 200 with position 0 (target -2**63) ignored.
+    body = (
+        '{"logits": [[2.0, 0.5], [0.1, 1.5]], "targets": [-9223372036854775808, 1], '
+        f'"ignore_index": {ignore_index}}}'
+    )
+    response = client.post("/v1/log-likelihood", data=body, content_type="application/json")
+    assert_problem(response, 422, field="ignore_index", says="out of range")
+
+
+def test_the_int64_bounds_written_as_integers_are_in_range(client: FlaskClient) -> None:
+    for ignore_index in ("-9223372036854775808", "9223372036854775807"):
+        body = f'{{"logits": [[2.0, 0.5], [0.1, 1.5]], "targets": [0, 1], "ignore_index": {ignore_index}}}'
+        response = client.post("/v1/log-likelihood", data=body, content_type="application/json")
+        assert response.status_code == 200, response.get_data(as_text=True)
+        assert response.get_json()["num_tokens"] == 2
+
+
 def test_target_out_of_range_is_a_validation_problem(client: FlaskClient) -> None:
     response = client.post("/v1/log-likelihood", json={"logits": [[1.0, 2.0], [0.0, 1.0]], "targets": [0, 5]})
     problem = assert_problem(response, 422, field="targets", says="5")

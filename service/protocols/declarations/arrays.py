@@ -21,6 +21,7 @@ import numpy as np
 from marshmallow import ValidationError, fields
 
 from service.kernels import all_finite
+from service.protocols.declarations.fields import FLOAT_INTEGER_BOUND
 from service.requests import MAX_RANK, ArrayKind, ArraySpec
 
 T = TypeVar("T")
@@ -219,7 +220,7 @@ def _as_array(value: Any, dtype: type[np.generic]) -> np.ndarray:
 def _to_integers(array: np.ndarray) -> np.ndarray:
     if not np.equal(np.floor(array), array).all():
         raise ValidationError("must contain only integers, found a number with a fractional part.")
-    if np.abs(array).max() >= 2.0**63:
+    if np.abs(array).max() >= FLOAT_INTEGER_BOUND:
         raise ValidationError("contains a number out of range for integers.")
     return array.astype(np.int64)
 

@@ -7,6 +7,11 @@ from typing import Any
 
 from marshmallow import ValidationError, fields
 
+# An integer written as a JSON number with a fraction or an exponent, or beyond int64 (orjson reads such a
+# literal as a float: -9223372036854775809 as -2.0**63), is a float whose magnitude at 2**63 no longer tells
+# which integer was sent, so a float is in range only below it, in a scalar field and in an Array alike.
+FLOAT_INTEGER_BOUND = 2.0**63
+
 
 class StrictBoolean(fields.Boolean):
     """Only the JSON literals ``true`` and ``false``."""
@@ -44,6 +49,8 @@ class StrictInteger(fields.Integer):
         if isinstance(value, float):
             if not value.is_integer():
                 raise ValidationError("Not an integer.")
+            if abs(value) >= FLOAT_INTEGER_BOUND:
+                raise ValidationError("Integer out of range.")
             value = int(value)
         if not -(2**63) <= value < 2**63:
             raise ValidationError("Integer out of range.")
