@@ -3,17 +3,20 @@
 gunicorn answers malformed HTTP (and a worker that timed out) on its own (service/server/gunicorn_settings.py
 routes those answers here), and the worker answers a plain HTTP request to a TLS port (service/server/tls.py),
 so every answer, whoever writes it, is a problem document with a request id, the CORS headers a page needs to
-read it when every origin is allowed, and one JSON access-log line on stdout.
+read it when every origin is allowed, and one JSON access-log line on stdout (unless ``ACCESS_LOG`` is off).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
+
+from service.settings import Settings
 
 PROBLEM_TYPE_BASE = "urn:attention-service:problem:"
 
@@ -57,7 +60,10 @@ def problem_bytes(
 def log_answer(
     status: int, size: int, request_id: str, *, method: str | None = None, path: str | None = None
 ) -> None:
-    """The access-log line of an answer the server wrote itself (the app logs its own, in the same shape)."""
+    """The access-log line of an answer the server wrote itself (the app logs its own, in the same shape),
+    unless ``ACCESS_LOG`` turns the log off."""
+    if not _access_log_on():
+        return
     now = time.time()
     line = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z",
@@ -76,6 +82,12 @@ def log_answer(
     # A line that cannot be written (a pipe gone) is lost, as the app's are, and costs no answer.
     with contextlib.suppress(OSError, ValueError):
         print(json.dumps(line, separators=(",", ":")), flush=True)
+
+
+@functools.cache
+def _access_log_on() -> bool:
+    """``ACCESS_LOG``, read once per process, as the app reads it for its own lines: one log, one switch."""
+    return Settings.from_env().access_log
 
 
 def write_problem(write: Callable[[bytes], object], status: int, reason: str, detail: str) -> None:

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.gunicorn
 
 BODY_LIMIT = 4096  # a small MAX_BODY_BYTES, so the limit can be reached with a few KiB
 FLOOD = 500  # requests per flood round
+JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -284,6 +285,23 @@ def test_gunicorns_own_errors_carry_a_request_id_cors_and_a_log_line_and_are_cou
     )
     (line,) = [line for line in _access_lines(server) if line["request_id"] == request_id]
     assert (line["status"], line["answered_by"], line["path"]) == (414, "gunicorn", None)
+
+
+def test_access_log_off_silences_gunicorns_own_answers_too() -> None:
+    # ACCESS_LOG=0 turned off the app's lines only: a 414 (or any answer gunicorn wrote) still printed one.
+    running = start(env={"ACCESS_LOG": "0"}, workers=1)
+    try:
+        counted = 'attention_http_requests_total{endpoint="<unmatched>",method="other",status="414"}'
+        before = running.sample(counted)
+        assert exchange(running, b"GET /" + b"a" * 5000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 414
+        seed = httpx.post(f"{running.base_url}/v1/attention", content=SEED_BODY, headers=JSON)
+        assert seed.status_code == 200
+        running.wait_for(
+            lambda: running.sample(counted) == before + 1, "the 414 counted (after its log line)"
+        )
+    finally:
+        assert running.terminate() == 0, running.log()
+    assert _access_lines(running) == []
 
 
 def test_a_body_of_tiny_chunks_is_400_naming_transfer_encoding_and_the_worker_lives() -> None:
