@@ -27,7 +27,7 @@ from service.web.connection import (
     stall_watch,
     under_gevent,
 )
-from service.web.problems import Problem, header_problem
+from service.web.problems import Problem, header_problem, shortened
 
 _ENVIRON_KEY = "attention.body"
 _INFLATED_KEY = "attention.body.inflated"
@@ -340,10 +340,12 @@ def require_media_type(req: flask.Request, accepted: tuple[str, ...], *, unlabel
     mimetype = req.mimetype
     if mimetype in FORM_MEDIA_TYPES:
         sent = f"labels it {mimetype}, as curl -d does unless given -H 'Content-Type: application/json'"
-    elif not mimetype:
+    elif not (label := req.headers.get("Content-Type", "")).strip():
         if unlabelled:
             return
         sent = "sent no Content-Type"
+    elif not mimetype:  # a label without a media type (";;;=="): not the same as none
+        sent = f"sent a Content-Type without a media type, {shortened(label)!r}"
     elif mimetype in accepted or ("application/json" in accepted and _is_json(mimetype)):
         return
     else:

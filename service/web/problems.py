@@ -165,7 +165,7 @@ def _messages_by_path(
     messages: Mapping[Any, Any], schema: ma.Schema | None, prefix: str
 ) -> Iterator[tuple[str, list[str]]]:
     for field, field_messages in messages.items():
-        name = (prefix.rstrip(".") or "body") if field == "_schema" else _shortened(f"{prefix}{field}")
+        name = (prefix.rstrip(".") or "body") if field == "_schema" else shortened(f"{prefix}{field}")
         declared = _declared(schema, str(field))
         if isinstance(field_messages, Mapping) and isinstance(declared, ma.fields.Nested):
             nested = declared.schema if isinstance(declared.schema, ma.Schema) else None
@@ -177,7 +177,7 @@ def _messages_by_path(
         yield name, texts
 
 
-def _shortened(name: str) -> str:
+def shortened(name: str) -> str:
     """A client's field name as an answer names it: cut to MAX_NAME_CHARACTERS, so that a megabyte of name is
     not echoed back in ``errors``, ``detail`` and the protocol's ``error``."""
     return name if len(name) <= MAX_NAME_CHARACTERS else name[: MAX_NAME_CHARACTERS - 1] + "…"
@@ -221,6 +221,11 @@ def _unknown_field_message(name: str, allowed: list[str]) -> str:
 def did_you_mean(name: str, allowed: list[str]) -> str:
     """`` Did you mean 'x'?`` for the allowed name closest to a misspelt ``name``, or ``""``: one wording for
     unknown fields, tensors and outputs alike."""
+    # difflib matches at a ratio of 0.6 at least, 2·matches / (both lengths), out of reach for a name over 7/3
+    # of the longest allowed. Said first: difflib indexes every character of the name (about 40 bytes each)
+    # before its own length check, and a 15 MB name took 700 MB and 2 s.
+    if 3 * len(name) > 7 * max(map(len, allowed), default=0):
+        return ""
     close = difflib.get_close_matches(name, allowed, n=1)
     return f" Did you mean {close[0]!r}?" if close else ""
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
 import io
 import json
+import tracemalloc
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
+import orjson
 import pytest
 import yaml
 from flask import Flask
@@ -14,10 +19,14 @@ from werkzeug.test import TestResponse
 
 from service import create_app
 from service.protocols.declarations.attention import EXAMPLE as ATTENTION_EXAMPLE_REQUEST
+from service.web.problems import did_you_mean
 from tests.conftest import CONTRACT_PATH
 from tests.problems import assert_problem
 
 SEED = ATTENTION_EXAMPLE_REQUEST  # the course's worked example
+T = TypeVar("T")
+NAME = "a" * 2_000_000  # a field, tensor or output name no schema knows, and far longer than any it does
+V2_SOFTMAX = {"inputs": [{"name": "logits", "shape": [2], "datatype": "FP64", "data": [1.0, 2.0]}]}
 
 
 def _v1_required_fields() -> dict[str, set[str]]:
@@ -52,7 +61,15 @@ def test_body_that_is_not_json_gets_415(client: FlaskClient, path: str) -> None:
 
 
 def test_missing_content_type_gets_415(client: FlaskClient) -> None:
-    assert_problem(client.post("/v1/attention", data=b'{"query": [1]}'), 415)
+    assert_problem(client.post("/v1/attention", data=b'{"query": [1]}'), 415, says="sent no Content-Type")
+
+
+@pytest.mark.parametrize("path", ["/v1/attention", "/v2/models/attention/infer"])
+def test_a_content_type_without_a_media_type_is_415_saying_so(client: FlaskClient, path: str) -> None:
+    # It had been taken for no label at all: "sent no Content-Type", and on /v2 (where a body may go
+    # unlabelled) read as JSON.
+    response = client.post(path, data=b'{"inputs": []}', headers={"Content-Type": ";;;==="})
+    assert_problem(response, 415, says="sent a Content-Type without a media type, ';;;==='")
 
 
 # The worked example as each protocol's JSON body.
@@ -295,6 +312,55 @@ def test_a_million_unknown_fields_get_a_short_answer(client: FlaskClient) -> Non
     problem = assert_problem(response, 422, field="body", says="99,980 more fields")
     assert len(problem["errors"]) == 21  # 20 named fields and the summary under "body"
     assert len(response.get_data()) < 10_000
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/softmax", {"logits": [1.0], NAME: 1}),
+        ("/v1/attention", {**ATTENTION_EXAMPLE_REQUEST, "rotary": {NAME: 1}}),
+        (
+            "/v2/models/softmax/infer",
+            {"inputs": [{"name": NAME, "shape": [1], "datatype": "FP64", "data": [1]}]},
+        ),
+        ("/v2/models/softmax/infer", {**V2_SOFTMAX, "outputs": [{"name": NAME}]}),
+    ],
+    ids=["v1-field", "v1-nested-field", "v2-input", "v2-output"],
+)
+def test_a_long_unknown_name_is_refused_without_a_search_for_names_like_it(
+    client: FlaskClient, path: str, body: dict[str, object]
+) -> None:
+    # difflib indexes every character of the name it is given (about 40 bytes each) before its length check
+    # could rule it out: a 15 MB name took a worker to 700 MB and held its loop 2 s for one 422.
+    data = json.dumps(body).encode()
+    _, parsing = _peak_allocation(lambda: orjson.loads(data))  # orjson's own: about 13 bytes per byte
+    response, answering = _peak_allocation(
+        lambda: client.post(path, data=data, content_type="application/json")
+    )
+    problem = assert_problem(response, 422)
+    assert "Did you mean" not in json.dumps(problem)
+    assert len(response.get_data()) < 4_000  # the name is not echoed whole
+    # The body parsed and copied a few times; not an index of the name's characters (41 bytes each here).
+    assert answering < parsing + 8 * len(NAME)
+
+
+def _peak_allocation(call: Callable[[], T]) -> tuple[T, int]:
+    """``call()``, and the most memory Python's allocators held at once during it (above what they held)."""
+    tracemalloc.start()
+    try:
+        result = call()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+@pytest.mark.parametrize("length", range(1, 40))
+def test_names_are_suggested_as_difflib_suggests_them_whatever_their_length(length: int) -> None:
+    allowed = ["logits", "temperature", "include"]
+    for name in ("t" * length, ("temperature" * 4)[:length], ("logits" * 7)[:length]):
+        close = difflib.get_close_matches(name, allowed, n=1)
+        assert did_you_mean(name, allowed) == (f" Did you mean {close[0]!r}?" if close else "")
 
 
 def test_include_lists_longer_than_the_choices_are_refused_before_checking_each(client: FlaskClient) -> None:
