@@ -10,6 +10,10 @@ worker. What it lacks, and this subclass adds through the worker's public method
   (service/server/tls.py): gevent's server would do it before the worker sees the connection, with none.
 - **A deadline for answers.** A client that takes none of its answer for ``ANSWER_TIMEOUT_SECONDS`` is
   disconnected (:class:`ClientSocket`), so the answer's share of the memory budget comes back.
+- **A bounded request head.** A head may be at most :data:`MAX_HEAD_BYTES` (nginx's default, four buffers of
+  8 KiB), or it is a ``431`` (:class:`ClientSocket`): gunicorn allows 100 fields of 8,190 bytes, and its
+  parser scans the whole head again after each 8 KiB read, so 60 connections with 785 KB heads cost the
+  worker 1.8 s of CPU (``/livez`` waited as long) and 45 MB outside the memory budget.
 - **Chunked bodies counted on the wire.** What each connection receives is counted (:class:`ClientSocket`),
   for the app to refuse a chunked body whose framing outgrows its data (service/web/body.py).
 - **Room for new connections.** A worker holds at most ``worker_connections`` connections. When it holds more
@@ -67,6 +71,7 @@ import gevent.monkey
 from flask import Flask
 from gevent import Greenlet
 from gevent.server import StreamServer
+from gunicorn.http.errors import LimitRequestHeaders
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server import tls
@@ -97,6 +102,9 @@ UNSENT_BYTES = 128 * 1024
 # times at most (a client reading a few bytes per timeout cannot hold an answer for ever).
 MOST_ANSWER_WAITS = 30
 LINGER_READ_BYTES = 64 * 1024
+# The most a request head may take, its request line included (as nginx's large_client_header_buffers 4 8k):
+# past it the head is refused with a 431 (ClientSocket.recv).
+MAX_HEAD_BYTES = 32 * 1024
 # gunicorn's interim answer to a head with ``Expect: 100-continue`` (ClientSocket holds it back).
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 INTERIM = b"HTTP/1.1 1"  # how every interim (1xx) answer's head starts
@@ -277,6 +285,9 @@ class ClientSocket:
         # read when the one before it was answered (that read may have taken the start of this one).
         self.received_before_request = 0
         self._last_read = 0
+        # bytes_received when the head being read began (None while its request is served): at most one read
+        # later than it, so a head is counted short by at most what that read held of it (8 KiB: gunicorn's)
+        self._head_from: int | None = 0
         self.head_wait: _HeadWait | None = None  # a kept-alive connection's wait for its next head, if any
         self._continue_due = False  # a 100 Continue held back until the app reads the body (see send)
         self._answer_timeout = answer_timeout
@@ -302,6 +313,10 @@ class ClientSocket:
         data: bytes = self.sock.recv(*arguments)
         self.bytes_received += len(data)
         self._last_read = len(data)
+        if self._head_from is not None and self.bytes_received - self._head_from > MAX_HEAD_BYTES:
+            # Refused before gunicorn parses the bytes, as a head with too many fields is (gunicorn answers
+            # 431); what it read is all that was sent, for a head that ends within this read.
+            raise LimitRequestHeaders(f"the request head is over {MAX_HEAD_BYTES:,} bytes")
         if data and self.head_wait is not None:
             waiting, self.head_wait = self.head_wait, None
             waiting.head_started()
@@ -345,9 +360,14 @@ class ClientSocket:
         stalled = f"the client took none of its answer for {seconds:g} s"
         raise BrokenPipeError(errno.EPIPE, stalled) from None
 
+    def head_read(self) -> None:
+        """The head of the request being served is parsed: what comes next is its body."""
+        self._head_from = None
+
     def request_answered(self) -> None:
         """The request being served has been answered; the next one on this connection starts after it."""
         self.received_before_request = self.bytes_received - self._last_read
+        self._head_from = self.bytes_received
 
     def client_left(self) -> bool:
         """Whether the client has given up on the request being served, whose body is not read yet: it reset
@@ -444,6 +464,16 @@ class _NamedListener:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._listener, name)
+
+
+def asks_to_close(headers: Sequence[tuple[str, str]]) -> bool:
+    """Whether a request's ``Connection`` field lists ``close``, in any of its lines, among other options
+    (RFC 9112, section 9.6: the connection ends after the answer). gunicorn reads only the first line, and
+    only when it is ``close`` alone: ``keep-alive, close`` kept the connection and served what followed."""
+    return any(
+        name == "CONNECTION" and any(option.strip(" \t").lower() == "close" for option in value.split(","))
+        for name, value in headers
+    )
 
 
 def linger(sock: socket.socket) -> None:
@@ -759,7 +789,8 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         client = self.client_sockets.get(current)
         if client is not None:
             client.request = req  # for _keep_room, while its body waits for room
-        if self.close_after_each_answer:
+            client.head_read()
+        if self.close_after_each_answer or asks_to_close(req.headers):
             req.must_close = True  # the answer says "Connection: close", and gunicorn closes after it
         # must_close (of gunicorn's request message) makes the answer say "Connection: close" and ends the
         # connection after it

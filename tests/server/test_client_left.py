@@ -41,6 +41,7 @@ def connection(headers: list[tuple[str, str]]) -> Iterator[tuple[socket.socket, 
         accepted, _ = listener.accept()
     served = ClientSocket(accepted, answer_timeout=None, on_stalled=lambda: None)
     served.request = SimpleNamespace(headers=headers)
+    served.head_read()  # as the worker has it once gunicorn has parsed the head: what is read is the body
     try:
         yield client, served
     finally:
