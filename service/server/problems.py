@@ -86,8 +86,10 @@ def log_answer(
 
 @functools.cache
 def _access_log_on() -> bool:
-    """``ACCESS_LOG``, read once per process, as the app reads it for its own lines: one log, one switch."""
-    return Settings.from_env().access_log
+    """``ACCESS_LOG``, read once per process by the app's own rule for it: one log, one switch. Only that
+    setting is read (reading them all would read ``API_KEYS_FILE``, which may have gone since the start)."""
+    only = {name: value for name, value in os.environ.items() if name == "ACCESS_LOG"}
+    return Settings.from_env(only).access_log
 
 
 def write_problem(write: Callable[[bytes], object], status: int, reason: str, detail: str) -> None:
@@ -101,5 +103,5 @@ def write_problem(write: Callable[[bytes], object], status: int, reason: str, de
 
     answer, request_id = problem_bytes(status, reason, detail)
     write(answer)
+    count_answer(UNMATCHED, OTHER, status, None, 0)  # first: whatever happens to its log line, it is counted
     log_answer(status, len(answer) - answer.index(b"\r\n\r\n") - 4, request_id)
-    count_answer(UNMATCHED, OTHER, status, None, 0)

@@ -10,8 +10,8 @@ worker. What it lacks, and this subclass adds through the worker's public method
   (service/server/tls.py): gevent's server would do it before the worker sees the connection, with none.
 - **A deadline for answers.** A client that takes none of its answer for ``ANSWER_TIMEOUT_SECONDS`` is
   disconnected (:class:`ClientSocket`), so the answer's share of the memory budget comes back.
-- **A bounded request head.** A head may be at most :data:`MAX_HEAD_BYTES` (nginx's default, four buffers of
-  8 KiB), or it is a ``431`` (:class:`ClientSocket`): gunicorn allows 100 fields of 8,190 bytes, and its
+- **A bounded request head.** A head that has not ended after :data:`MAX_HEAD_BYTES` (nginx's default, four
+  buffers of 8 KiB) is a ``431`` (:class:`ClientSocket`): gunicorn allows 100 fields of 8,190 bytes, and its
   parser scans the whole head again after each 8 KiB read, so 60 connections with 785 KB heads cost the
   worker 1.8 s of CPU (``/livez`` waited as long) and 45 MB outside the memory budget.
 - **Chunked bodies counted on the wire.** What each connection receives is counted (:class:`ClientSocket`),
@@ -64,14 +64,13 @@ import termios
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import gevent
 import gevent.monkey
 from flask import Flask
 from gevent import Greenlet
 from gevent.server import StreamServer
-from gunicorn.http.errors import LimitRequestHeaders
 from gunicorn.workers.ggevent import GeventWorker
 
 from service.server import tls
@@ -102,8 +101,9 @@ UNSENT_BYTES = 128 * 1024
 # times at most (a client reading a few bytes per timeout cannot hold an answer for ever).
 MOST_ANSWER_WAITS = 30
 LINGER_READ_BYTES = 64 * 1024
-# The most a request head may take, its request line included (as nginx's large_client_header_buffers 4 8k):
-# past it the head is refused with a 431 (ClientSocket.recv).
+# What a request head may take, its request line included (as nginx's large_client_header_buffers 4 8k): one
+# that has not ended after it is refused with a 431 (ClientSocket.recv). One that ends in the read that
+# crosses it is served, so a head of up to one read (8 KiB, gunicorn's) more may pass.
 MAX_HEAD_BYTES = 32 * 1024
 # gunicorn's interim answer to a head with ``Expect: 100-continue`` (ClientSocket holds it back).
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -310,13 +310,13 @@ class ClientSocket:
         if self._continue_due:  # the app reads the body: now the client may send it
             self._continue_due = False
             self.sendall(CONTINUE)
+        if self._head_from is not None and self.bytes_received - self._head_from >= MAX_HEAD_BYTES:
+            # gunicorn reads on only while the head has not ended. Checked before the read, not after it: the
+            # read that ends a head may also hold its body or the next request, which are not the head's.
+            self._refuse_head()
         data: bytes = self.sock.recv(*arguments)
         self.bytes_received += len(data)
         self._last_read = len(data)
-        if self._head_from is not None and self.bytes_received - self._head_from > MAX_HEAD_BYTES:
-            # Refused before gunicorn parses the bytes, as a head with too many fields is (gunicorn answers
-            # 431); what it read is all that was sent, for a head that ends within this read.
-            raise LimitRequestHeaders(f"the request head is over {MAX_HEAD_BYTES:,} bytes")
         if data and self.head_wait is not None:
             waiting, self.head_wait = self.head_wait, None
             waiting.head_started()
@@ -359,6 +359,17 @@ class ClientSocket:
         # gunicorn closes the connection quietly, as for a client gone; the answer is closed
         stalled = f"the client took none of its answer for {seconds:g} s"
         raise BrokenPipeError(errno.EPIPE, stalled) from None
+
+    def _refuse_head(self) -> NoReturn:
+        """A ``431`` for a head that has not ended after :data:`MAX_HEAD_BYTES`, written, logged and counted
+        as gunicorn's own 431 is, then the connection closed as the app's refusals are: the client may still
+        be sending the head, and closing with its bytes unread would reset the connection, which can destroy
+        the answer before the client reads it (see :func:`linger`)."""
+        self._head_from = None
+        detail = f"The request head has not ended after {MAX_HEAD_BYTES:,} bytes."
+        write_problem(self.sendall, 431, "Request Header Fields Too Large", detail)
+        linger(self.sock)
+        raise StopIteration(detail)  # gunicorn's end of a connection (its parser stops so too)
 
     def head_read(self) -> None:
         """The head of the request being served is parsed: what comes next is its body."""
