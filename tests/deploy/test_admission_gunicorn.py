@@ -493,19 +493,29 @@ def test_a_client_reading_its_answer_steadily_gets_all_of_it() -> None:
     4 MiB on loopback), and with at most 128 KiB queued unsent (TCP_NOTSENT_LOWAT) only once about 100-230
     KiB has been read: a client reading 48 KiB a second was cut as one that took none of its answer for
     ANSWER_TIMEOUT_SECONDS (2 s here). A send that times out while the client took some of what was queued
-    (the kernel's queue is shorter: on loopback the client acknowledges 64 KiB at a time) waits again."""
+    waits again (tests/server/test_answer_deadline.py shows that wait without TCP's timing).
+
+    The server sees a client take its answer only as the client's acknowledgements free its queue, and a
+    client whose receive buffer is full opens its window again only once about 64-130 KiB (one loopback
+    segment, 64 KiB, of window) has been read: at 48 KiB a second that took up to 2.6 s, so this test, then
+    reading 3 KiB after each 1/16 s sleep (slower still on a busy machine), was cut once in CI with a 2 s
+    timeout. It reads by the clock at 64 KiB a second with a 3 s timeout: a window at least every 2 s, while
+    the kernel's wake-up after 100-230 KiB read (1.6-3.6 s) can still outlast a wait."""
     logits = 2_000_000  # an answer of about 10 MB
     body = b'{"logits":[' + b"0.1," * (logits - 1) + b"0.1]}"
-    with serving(env={"ANSWER_TIMEOUT_SECONDS": "2"}, workers=1) as running:
+    rate = 64 * 1024  # bytes a second
+    with serving(env={"ANSWER_TIMEOUT_SECONDS": "3"}, workers=1) as running:
         connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
         try:
             connection.request("POST", "/v1/softmax", body=body, headers={"Content-Type": "application/json"})
             response = connection.getresponse()
             assert response.status == 200
             received = b""
-            for _ in range(112):  # 7 s at 48 KiB a second: 3 KiB every 1/16 s
-                received += response.read(3 * 1024)
-                time.sleep(1 / 16)
+            started = time.monotonic()
+            for step in range(1, 113):  # 7 s, a read every 1/16 s of what is due by then
+                time.sleep(max(0.0, started + step / 16 - time.monotonic()))
+                due = int(rate * (time.monotonic() - started))
+                received += response.read(max(1, due - len(received)))
             received += response.read()  # then the rest at once
         finally:
             connection.close()
