@@ -38,19 +38,20 @@ def answering(read_every: float | None) -> Iterator[tuple[ClientSocket, list[int
     stalled: list[int] = []
     received = bytearray()
 
-    def read() -> None:
-        while read_every is not None and (chunk := client.recv(READ)):
+    def read(every: float) -> None:
+        while chunk := client.recv(READ):
             received.extend(chunk)
-            gevent.sleep(read_every)
+            gevent.sleep(every)
 
-    reader = gevent.spawn(read)
+    reader = None if read_every is None else gevent.spawn(read, read_every)
     served = ClientSocket(server, answer_timeout=TIMEOUT, on_stalled=lambda: stalled.append(1))
     try:
         yield served, stalled, received
     finally:
         server.close()
-        reader.join(timeout=5)
-        reader.kill()
+        if reader is not None:
+            reader.join(timeout=5)
+            reader.kill()
         client.close()
 
 
