@@ -4,9 +4,29 @@
 # (read-only root, tmpfs /tmp and /dev/shm): seconds to /readyz, the seed example answered from inside
 # the container, one JSON access-log line, the size added to the base image, a clean exit on SIGTERM.
 # Needs root (podman); the smoke tool installs podman itself. Usage: bash deploy/container-check.sh
+# `--find-tool` only says where the smoke tool is, or fails: CI asks first, rather than 45 minutes in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SMOKE=${CONTAINER_SMOKE:-../shared/tools/container-smoke}
+# The smoke tool lies in ../shared beside the repository. A clone made elsewhere (`git clone . /tmp/fresh`)
+# finds it beside the repository it was cloned from; CONTAINER_SMOKE overrides both.
+find_smoke_tool() {
+  local beside=../shared/tools/container-smoke origin
+  if [ -n "${CONTAINER_SMOKE:-}" ]; then
+    beside=$CONTAINER_SMOKE
+  elif [ ! -x "$beside" ] && origin=$(git remote get-url origin 2>/dev/null) && [ -d "$origin" ]; then
+    beside=$origin/../shared/tools/container-smoke
+  fi
+  [ -x "$beside" ] || {
+    echo "FAIL: no container smoke tool at $beside (set CONTAINER_SMOKE to its path)" >&2
+    return 1
+  }
+  echo "$(cd "$(dirname "$beside")" && pwd)/$(basename "$beside")"
+}
+SMOKE=$(find_smoke_tool)
+if [ "${1:-}" = --find-tool ]; then
+  echo "container smoke tool: $SMOKE"
+  exit 0
+fi
 IMAGE=${IMAGE:-localhost/attention-service-smoke:latest}
 BASE_IMAGE=docker.io/library/python:3.11-slim-bookworm
 MAX_ADDED_MB=${MAX_ADDED_MB:-120}
