@@ -241,7 +241,8 @@ def _as_list(value: Any) -> list[Any]:
 def _summarize(errors: Mapping[str, list[str]]) -> str:
     parts = [f"{field}: {messages[0]}" for field, messages in list(errors.items())[:3] if messages]
     if len(errors) > 3:
-        parts.append(f"(and {len(errors) - 3} more fields, listed in errors)")
+        # "more", not "more fields": one of the entries may be "body", which says how many went unlisted.
+        parts.append(f"(and {len(errors) - 3} more, listed in errors)")
     return "The request is invalid. " + " ".join(parts)
 
 
