@@ -299,13 +299,17 @@ def worst_cases(short: bool) -> list[tuple[str, str, bytes]]:
 
 def parse_heavy_bodies(body_bytes: int = 16 * MIB - 64) -> list[tuple[str, str, bytes]]:
     """Bodies just under the body limit whose parsing makes the most Python objects per byte: one container
-    per 3 or 4 bytes (refused after parsing: 413 for the answer's size, 422 for the empty rows). Their
-    parse once held the interpreter for seconds (the loop waiting): see service/web/garbage.py."""
+    per 3 or 4 bytes, or lists 50 deep, one per 2 bytes. Their parse once held the interpreter for seconds
+    (the loop waiting: see service/web/garbage.py), and could take 3 times the memory budget; it is now
+    held from the budget before it starts, so all three are refused unparsed (413: see
+    service/web/parse_memory.py)."""
     rows = b"[0]"
     empties = b"[]"
+    nested = b"[" * 50 + b"]" * 50
     return [
         ("parse: one-element rows", "/v1/softmax", _logits_of(rows, body_bytes)),
         ("parse: empty rows", "/v1/softmax", _logits_of(empties, body_bytes)),
+        ("parse: nested lists", "/v1/softmax", _logits_of(nested, body_bytes)),
     ]
 
 

@@ -36,6 +36,7 @@ accounting runs and the kernel runs inline.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import itertools
@@ -58,6 +59,7 @@ from service.web.garbage import collection_paused
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.inference import Timeline, current_timeline
 from service.web.limits import JSON_ANSWER, AnswerEncoding, admit_work
+from service.web.parse_memory import parse_bytes_bound
 from service.web.problems import Problem
 
 try:  # the default worker's; the service also runs without it (the test client, flask run)
@@ -73,11 +75,11 @@ T_co = TypeVar("T_co", covariant=True)
 _EXTENSION = "attention_admission"
 _RESERVATION_KEY = "attention.reservation"
 
-# What parsing and computing a request holds at its peak, per byte of body and per element of the arrays it
-# holds whole (its MAX_WORK_ELEMENTS bounds, or its answer): a JSON body parses to up to 8 bytes of Python
-# objects per byte before it becomes arrays, and an element is 8 bytes held as the result plus temporaries
-# (docs/operations.md, "Memory budget", has the measured peaks these bound). Work done in blocks of rows
-# (output-only attention) holds only its answer whole.
+# What computing a request holds at its peak, per byte of body and per element of the arrays it holds whole
+# (its MAX_WORK_ELEMENTS bounds, or its answer): its typed request's arrays and what remains of its parse,
+# and an element is 8 bytes held as the result plus temporaries (docs/operations.md, "Memory budget", has
+# the measured peaks these bound). Work done in blocks of rows (output-only attention) holds only its answer
+# whole. The parse itself is held before it starts, from a count of the body (room_for_parsing).
 HELD_PER_BODY_BYTE = 16
 HELD_PER_WORK_ELEMENT = 24
 # Bodies up to this size are always small next to the budget; larger uploads may hold at most UPLOAD_SHARE of
@@ -195,6 +197,17 @@ class Reservation:
         upload = size > SMALL_BODY_BYTES
         self._admission.hold_body(size, upload=upload, framing=framing)
         self._count(size, upload=upload)
+
+    def take_for_parsing(self, size: int) -> None:
+        """Reserve ``size`` bytes for parsing the request's body, waiting for room as a body does (and
+        raising the same 503 when none comes)."""
+        self._admission.hold_body(size, upload=False, parsing=True)
+        self._count(size, upload=False)
+
+    def give_back(self, size: int) -> None:
+        """Give back ``size`` of the bytes held (not of an upload's), before the answer has been sent."""
+        self.held_bytes -= size
+        self._admission.give_back(size)
 
     def _count(self, size: int, *, upload: bool) -> None:
         """Note ``size`` bytes held of the budget (and of uploads' share, for an ``upload``)."""
@@ -342,8 +355,11 @@ class Admission:
         with self._lock:
             return self._try_hold_locked(size, upload=upload, computation=computation)
 
-    def hold_body(self, size: int, *, upload: bool, framing: str = "Content-Length") -> None:
-        """Hold ``size`` bytes for a body about to be read, waiting for room if there is none now: first
+    def hold_body(
+        self, size: int, *, upload: bool, framing: str = "Content-Length", parsing: bool = False
+    ) -> None:
+        """Hold ``size`` bytes for a body about to be read (or, ``parsing``, about to be parsed: held as a
+        computation's, leaving small requests their share), waiting for room if there is none now: first
         come first served, except that a body that does not fit lets those behind it that do go first, and a
         small body (``upload`` False) never waits behind a large one. A 503 ``overloaded`` (nothing held)
         when none came free within ``COMPUTE_QUEUE_SECONDS``, or ``COMPUTE_QUEUE_LENGTH`` bodies wait
@@ -364,10 +380,11 @@ class Admission:
         with self._changed:
             # Tried before the queue's length is: bodies waiting for room must not keep out one that has it (a
             # crowd of large Content-Lengths would otherwise refuse the worked example).
-            if not self._bodies and not self._queue and self._try_hold_locked(size, upload=upload):
+            hold = functools.partial(self._try_hold_locked, size, upload=upload, computation=parsing)
+            if not self._bodies and not self._queue and hold():
                 return  # nearly always: nothing waits
             waiter = _BodyWaiter(size, upload)
-            if self._body_turn_of(waiter) and self._try_hold_locked(size, upload=upload):
+            if self._body_turn_of(waiter) and hold():
                 return
             if len(self._bodies) >= limits.compute_queue_length:
                 raise overloaded(
@@ -385,8 +402,8 @@ class Admission:
                         if waiter.ended is WaitEnd.CLIENT_LEFT:
                             raise malformed_body(
                                 framing,
-                                "the client closed its connection before sending the body, which was waiting "
-                                "for room in the memory budget.",
+                                "the client closed its connection while its body was waiting for room in the "
+                                "memory budget.",
                             )
                         if waiter.ended is WaitEnd.CROWDED:
                             raise overloaded(
@@ -396,14 +413,14 @@ class Admission:
                                 1.0,
                             )
                         if self._body_turn_of(waiter):
-                            if self._try_hold_locked(size, upload=upload):
+                            if hold():
                                 return
                             # Another took the room it was left (a computation, a body as it inflates): one
                             # behind it that fits would otherwise wait for the next change.
                             self._wake_bodies_behind(waiter)
                         left = deadline - time.monotonic()
                         if left <= 0:
-                            raise _no_room_for_body(self, size, waited=True)
+                            raise _no_room_for_body(self, size, waited=True, parsing=parsing)
                         self._changed.wait(left)
             finally:
                 self._bodies.remove(waiter)
@@ -778,17 +795,58 @@ def hold_body_bytes(size: int) -> None:
         raise _no_room_for_body(reservation.admission, size)
 
 
+@contextlib.contextmanager
+def room_for_parsing(text: bytes, end: int | None = None) -> Iterator[None]:
+    """Hold, for the block that parses ``text[:end]`` as JSON, what that may take at its peak
+    (:func:`parse_bytes_bound`) besides what the request holds already (its body): 413 when that is more
+    than one request may ever hold. Given back when the block ends: the parsed document is gone by then, and
+    what its typed request keeps counts in the computation's memory (:func:`run_admitted`). A text up to
+    :data:`SMALL_BODY_BYTES` holds nothing more: small requests have their own share of the budget.
+
+    The parse is one C call that holds the interpreter, so this also bounds how long the loop may wait for
+    it: about 1.2 ns per byte of the bound, 0.45 s for the largest the default budget takes. A parse that
+    does not fit now waits for room as a body does (:meth:`Admission.hold_body`).
+    """
+    length = len(text) if end is None else end
+    reservation = (
+        None if length <= SMALL_BODY_BYTES else _current.get()
+    )  # None: also an app without admission
+    if reservation is None:
+        yield
+        return
+    admission = reservation.admission
+    need = parse_bytes_bound(text, end)
+    most = admission.large_request_budget()
+    if reservation.held_bytes + need > most:
+        raise Problem(
+            413,
+            f"Parsing this {length:,}-byte JSON text could take up to {need:,} bytes of memory (it has many "
+            "arrays, objects, strings or values for its length): with its body, more than the "
+            f"{most:,} bytes one request may hold of MEMORY_BUDGET_BYTES. Send fewer, wider rows or a "
+            "shorter body, or the arrays as /v2 binary tensor data.",
+            slug="body-too-large",
+        )
+    reservation.take_for_parsing(need)
+    try:
+        yield
+    finally:
+        reservation.give_back(need)
+
+
 def body_reservation(limits: AdmissionLimits, content_length: int | None) -> int:
     """What a body reserves of the budget before it is read: its length, or ``MAX_BODY_BYTES`` if chunked."""
     return limits.max_body_bytes if content_length is None else content_length
 
 
-def _no_room_for_body(admission: Admission, size: int, *, waited: bool = False) -> Problem:
+def _no_room_for_body(
+    admission: Admission, size: int, *, waited: bool = False, parsing: bool = False
+) -> Problem:
     limits = admission.limits
     when = f"within COMPUTE_QUEUE_SECONDS ({limits.compute_queue_seconds:g} s)" if waited else "now"
+    what = f"the {size:,} bytes that parsing this body may need" if parsing else f"a body of {size:,} bytes"
     return overloaded(
         f"This worker holds {admission.held_bytes:,} bytes of its {limits.memory_budget_bytes:,}-byte "
-        f"memory budget (MEMORY_BUDGET_BYTES) for other requests and could not take a body of {size:,} bytes "
+        f"memory budget (MEMORY_BUDGET_BYTES) for other requests and could not take {what} "
         f"{when}; try again shortly.",
         1.0,
     )

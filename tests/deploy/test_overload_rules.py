@@ -139,13 +139,17 @@ def test_the_parse_heavy_bodies_are_rows_of_containers_just_under_the_body_limit
     }
     monkeypatch.setattr(overload, "worst_case_requests", lambda: stand_ins)
     cases = overload.parse_heavy_bodies()
-    assert [path for _, path, _ in cases] == ["/v1/softmax", "/v1/softmax"]
-    with collection_paused():  # 10 million lists: 4 s to parse with the collector, as the service found
+    assert [path for _, path, _ in cases] == ["/v1/softmax"] * 3
+    with collection_paused():  # 18 million lists: 4 s to parse with the collector, as the service found
         rows = [orjson.loads(body)["logits"] for _, _, body in cases]
     assert rows[0][:2] == [[0], [0]]
     assert rows[1][:2] == [[], []]
-    for (_, _, body), logits, per_row in zip(cases, rows, (4, 3), strict=True):
+    nested: list[object] = []
+    for _ in range(49):
+        nested = [nested]
+    assert rows[2][:2] == [nested, nested]
+    for (_, _, body), logits, per_row in zip(cases, rows, (4, 3, 101), strict=True):
         assert 16 * 1024 * 1024 - 128 < len(body) <= 16 * 1024 * 1024  # MAX_BODY_BYTES' default
         assert len(logits) == (16 * 1024 * 1024 - 64) // per_row
-    assert [name for name, _, _ in overload.worst_cases(short=False)][-2:] == [name for name, _, _ in cases]
+    assert [name for name, _, _ in overload.worst_cases(short=False)][-3:] == [name for name, _, _ in cases]
     assert not any(name.startswith("parse") for name, _, _ in overload.worst_cases(short=True))

@@ -23,7 +23,7 @@ from service.protocols.v2.tensors import DTYPES, malformed
 from service.protocols.v2.views import model_metadata
 from service.web.body import require_media_type
 from service.web.encodings import read_decoded_body
-from service.web.problems import problem_from_validation_messages
+from service.web.problems import Problem, problem_from_validation_messages
 from service.web.routes import Routes
 
 routes = Routes(
@@ -35,6 +35,8 @@ routes = Routes(
 
 PLATFORM = "numpy"
 READY = "READY"
+# The largest index request read: {"ready": true} with room for whitespace (tritonclient sends 16 bytes).
+INDEX_REQUEST_BYTES = 4096
 # Triton's configuration names a datatype TYPE_ and its protocol name, except for strings (TYPE_STRING).
 CONFIG_DATATYPES = [f"TYPE_{datatype}" for datatype in DTYPES]
 
@@ -193,6 +195,14 @@ def _read_index_request() -> dict[str, Any]:
     body = read_decoded_body(request)
     if not body:  # whitespace is not an empty body: it is not JSON either (a 400)
         return {}
+    if len(body) > INDEX_REQUEST_BYTES:
+        # Parsed on the worker's loop, as it is small; a large one could hold the loop and the memory.
+        raise Problem(
+            413,
+            f"The index request has {len(body):,} bytes; its one option (ready) takes a few, and the limit "
+            f"is {INDEX_REQUEST_BYTES:,}.",
+            slug="body-too-large",
+        )
     # A body is labelled JSON, as the contract declares (tritonclient sends none): text, a form or no label
     # is a 415, not read as JSON regardless.
     require_media_type(request, ("application/json",))

@@ -87,11 +87,12 @@ def split_body(body: bytes, header_length: str | None) -> tuple[memoryview, memo
 
 def parse_header(header: memoryview) -> dict[str, Any]:
     """The JSON header as a dict (orjson refuses NaN and Infinity, which JSON does not have)."""
-    if not bytes(header).strip():
-        raise malformed("The request body is empty: send a JSON inference request.", field="body")
     try:
         parsed = orjson.loads(header)
     except orjson.JSONDecodeError as error:
+        if not bytes(header).strip():  # asked only now: a copy of a large header, for its message alone
+            empty = "The request body is empty: send a JSON inference request."
+            raise malformed(empty, field="body") from None
         raise malformed(f"The inference header is not valid JSON: {error}.", field="body") from None
     if not isinstance(parsed, dict):
         raise malformed("The inference header must be a JSON object with an inputs list.", field="body")

@@ -54,7 +54,7 @@ from service.protocols.v2.tensors import (
     parse_header,
     split_body,
 )
-from service.web.admission import answered, decode_off_the_loop, run_admitted
+from service.web.admission import answered, decode_off_the_loop, room_for_parsing, run_admitted
 from service.web.body import require_media_type
 from service.web.encodings import read_decoded_body
 from service.web.json_provider import dumps_bytes
@@ -236,9 +236,10 @@ def _infer(model: Model) -> Response:
     # tritonclient labels nothing; other labels the contract does not list are refused, as on /v1
     require_media_type(current, ("application/json", "application/octet-stream"), unlabelled=True)
     body = read_decoded_body(current)
-    header_length = current.headers.get(HEADER_LENGTH)
+    header, binary = split_body(body, current.headers.get(HEADER_LENGTH))
     # As /v1: a large body is decoded off the worker's loop, and the answer is encoded with the computation.
-    decoded = decode_off_the_loop(lambda: _decode(model, body, header_length), body_bytes=len(body))
+    with room_for_parsing(body, len(header)):  # the header is the body's first bytes
+        decoded = decode_off_the_loop(lambda: _decode(model, header, binary), body_bytes=len(body))
     computation = answered(decoded.typed, lambda result: _encode(model, decoded, result))
     head, chunks = run_admitted(computation, _answer_encoding(model, decoded.outputs, decoded.precision))
     if not chunks:
@@ -259,8 +260,7 @@ class _Decoded:
     precision: str
 
 
-def _decode(model: Model, body: bytes, header_length: str | None) -> _Decoded:
-    header, binary = split_body(body, header_length)
+def _decode(model: Model, header: memoryview, binary: memoryview) -> _Decoded:
     document = parse_header(header)
     request_id = document.get("id")
     if request_id is not None and not isinstance(request_id, str):
