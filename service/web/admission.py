@@ -201,7 +201,7 @@ class Reservation:
     def take_for_parsing(self, size: int) -> None:
         """Reserve ``size`` bytes for parsing the request's body, waiting for room as a body does (and
         raising the same 503 when none comes)."""
-        self._admission.hold_body(size, upload=False, parsing=True)
+        self._admission.hold_body(size, upload=False, parsing=True, holding=self.held_bytes)
         self._count(size, upload=False)
 
     def give_back(self, size: int) -> None:
@@ -318,6 +318,8 @@ class _Waiter:
 class _BodyWaiter:
     size: int
     upload: bool
+    parsing: bool = False  # room for a body's parse (taken as a computation's), not for reading it
+    holding: int = 0  # what its request holds while it waits (a parse's: its body)
     ended: WaitEnd | None = None  # by the server, and why (see Admission.hold_body)
 
 
@@ -356,7 +358,13 @@ class Admission:
             return self._try_hold_locked(size, upload=upload, computation=computation)
 
     def hold_body(
-        self, size: int, *, upload: bool, framing: str = "Content-Length", parsing: bool = False
+        self,
+        size: int,
+        *,
+        upload: bool,
+        framing: str = "Content-Length",
+        parsing: bool = False,
+        holding: int = 0,
     ) -> None:
         """Hold ``size`` bytes for a body about to be read (or, ``parsing``, about to be parsed: held as a
         computation's, leaving small requests their share), waiting for room if there is none now: first
@@ -375,6 +383,11 @@ class Admission:
         refused although that memory came back within moments: four clients sending 9 MB multi-head
         bodies to two workers, one of which took three of the connections, had three answers in seven
         refused.
+
+        A parse (``parsing``, its request ``holding`` its body) that could start only once other bodies
+        waiting to be parsed had left is refused at once, as the compute queue refuses one behind its head
+        (:meth:`_make_room`): each would wait for the others, two 16 MiB bodies for two 503s after
+        ``COMPUTE_QUEUE_SECONDS``.
         """
         limits = self.limits
         with self._changed:
@@ -383,9 +396,18 @@ class Admission:
             hold = functools.partial(self._try_hold_locked, size, upload=upload, computation=parsing)
             if not self._bodies and not self._queue and hold():
                 return  # nearly always: nothing waits
-            waiter = _BodyWaiter(size, upload)
+            waiter = _BodyWaiter(size, upload, parsing, holding)
             if self._body_turn_of(waiter) and hold():
                 return
+            if parsing:
+                others = sum(queued.holding for queued in self._bodies if queued.parsing)
+                if others and size + holding + others > self.large_request_budget():
+                    raise overloaded(
+                        f"Parsing this body may need {size:,} bytes of this worker's memory budget "
+                        "(MEMORY_BUDGET_BYTES), which other requests waiting to be parsed hold; try again "
+                        "shortly.",
+                        1.0,
+                    )
             if len(self._bodies) >= limits.compute_queue_length:
                 raise overloaded(
                     f"{len(self._bodies)} request bodies are already waiting for room in this worker's "
@@ -406,10 +428,11 @@ class Admission:
                                 "memory budget.",
                             )
                         if waiter.ended is WaitEnd.CROWDED:
+                            what = "to parse its body" if parsing else "for its body"
                             raise overloaded(
-                                "This worker has too many connections open, and this request's body was "
-                                "still waiting for room in its memory budget (MEMORY_BUDGET_BYTES): the wait "
-                                "was ended to make room; try again shortly.",
+                                "This worker has too many connections open, and this request was still "
+                                f"waiting for room in its memory budget (MEMORY_BUDGET_BYTES) {what}: the "
+                                "wait was ended to make room; try again shortly.",
                                 1.0,
                             )
                         if self._body_turn_of(waiter):
@@ -444,7 +467,7 @@ class Admission:
             for ahead in self._bodies:
                 if ahead is waiter:
                     break
-                if self.fits(ahead.size, upload=ahead.upload):
+                if self.fits(ahead.size, upload=ahead.upload, computation=ahead.parsing):
                     return False
         if self._queue and self.has_free_slot():
             head = self._queue[0]
@@ -456,7 +479,11 @@ class Admission:
     def _wake_bodies_behind(self, waiter: _BodyWaiter) -> None:
         """With the lock held: wake the bodies waiting if one behind ``waiter``, which has no room, fits."""
         behind = itertools.dropwhile(lambda queued: queued is not waiter, self._bodies)
-        if any(self.fits(queued.size, upload=queued.upload) for queued in behind if queued is not waiter):
+        if any(
+            self.fits(queued.size, upload=queued.upload, computation=queued.parsing)
+            for queued in behind
+            if queued is not waiter
+        ):
             self._changed.notify_all()
 
     def large_request_budget(self) -> int:
@@ -500,7 +527,7 @@ class Admission:
 
     @property
     def bodies_waiting(self) -> int:
-        """Bodies waiting for room in the budget before they are read."""
+        """Bodies waiting for room in the budget before they are read (or parsed)."""
         return len(self._bodies)
 
     def estimate_seconds(self, estimated_cpu_seconds: float) -> float:
@@ -795,28 +822,25 @@ def hold_body_bytes(size: int) -> None:
         raise _no_room_for_body(reservation.admission, size)
 
 
-@contextlib.contextmanager
-def room_for_parsing(text: bytes, end: int | None = None) -> Iterator[None]:
+def room_for_parsing(text: bytes, end: int | None = None) -> contextlib.AbstractContextManager[None]:
     """Hold, for the block that parses ``text[:end]`` as JSON, what that may take at its peak
     (:func:`parse_bytes_bound`) besides what the request holds already (its body): 413 when that is more
     than one request may ever hold. Given back when the block ends: the parsed document is gone by then, and
     what its typed request keeps counts in the computation's memory (:func:`run_admitted`). A text up to
-    :data:`SMALL_BODY_BYTES` holds nothing more: small requests have their own share of the budget.
+    :data:`SMALL_BODY_BYTES` holds nothing more (small requests have their own share of the budget), and
+    costs nothing more: the worked example's path.
 
     The parse is one C call that holds the interpreter, so this also bounds how long the loop may wait for
     it: about 1.2 ns per byte of the bound, 0.45 s for the largest the default budget takes. A parse that
     does not fit now waits for room as a body does (:meth:`Admission.hold_body`).
     """
     length = len(text) if end is None else end
-    reservation = (
-        None if length <= SMALL_BODY_BYTES else _current.get()
-    )  # None: also an app without admission
-    if reservation is None:
-        yield
-        return
+    reservation = None if length <= SMALL_BODY_BYTES else _current.get()
+    if reservation is None:  # a small text, or an app built without admission
+        return _NOTHING_HELD
     admission = reservation.admission
-    need = parse_bytes_bound(text, end)
     most = admission.large_request_budget()
+    need = parse_bytes_bound(text, end, within=most - reservation.held_bytes)
     if reservation.held_bytes + need > most:
         raise Problem(
             413,
@@ -827,10 +851,26 @@ def room_for_parsing(text: bytes, end: int | None = None) -> Iterator[None]:
             slug="body-too-large",
         )
     reservation.take_for_parsing(need)
-    try:
-        yield
-    finally:
-        reservation.give_back(need)
+    return _HeldForParsing(reservation, need)
+
+
+_NOTHING_HELD = contextlib.nullcontext()
+
+
+class _HeldForParsing:
+    """What :func:`room_for_parsing` took, given back when its block ends, however it ends."""
+
+    __slots__ = ("_bytes", "_reservation")
+
+    def __init__(self, reservation: Reservation, size: int) -> None:
+        self._reservation = reservation
+        self._bytes = size
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exception: object) -> None:
+        self._reservation.give_back(self._bytes)
 
 
 def body_reservation(limits: AdmissionLimits, content_length: int | None) -> int:

@@ -5,10 +5,13 @@ refused without being parsed, on /v1 and /v2 alike."""
 from __future__ import annotations
 
 import gzip
+import random
+import re
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import orjson
 import pytest
@@ -17,8 +20,10 @@ from flask import Flask
 from service import create_app
 from service.protocols.v1 import parsing
 from service.protocols.v2 import tensors
-from service.web.admission import Reservation, admission_of
+from service.web import parse_memory
+from service.web.admission import Admission, AdmissionLimits, Reservation, admission_of
 from service.web.parse_memory import parse_bytes_bound
+from service.web.problems import Problem
 from tests.problems import assert_problem
 
 MIB = 1024 * 1024
@@ -45,38 +50,79 @@ PEAK_OF_PARSING = textwrap.dedent(
 )
 
 
+def test_long_tokens_are_counted_as_a_regular_expression_finds_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The count of runs of 3 or more non-punctuation bytes, across the blocks it is counted in."""
+    monkeypatch.setattr(parse_memory, "_BLOCK", 7)  # so that runs cross blocks
+    rng = random.Random(5)
+    alphabet = b',:[]{}" \t\r\n0123456789.-eE'
+    for length in [0, 1, 2, 3, 4, 7, 8, 13, 14, 15, 64, 1000]:
+        for _ in range(20):
+            text = bytes(rng.choice(alphabet) for _ in range(length))
+            expected = len(re.findall(rb'[^,:\[\]{}" \t\r\n]{3,}', text))
+            assert parse_memory._long_tokens(text, len(text)) == expected, text
+
+
 @pytest.mark.parametrize(
     "row",
-    [b"0.5", b"[0.5]", b"[0]", b"[]", b"[[]]", NESTED, b'"a"', b'{"":[]}', b"[0.5,0.25]"],
-    ids=[
-        "floats",
-        "float-rows",
-        "int-rows",
-        "empty-rows",
-        "nested-empty",
-        "nested-50",
-        "strings",
-        "objects",
-        "pairs",
+    [
+        pytest.param(b"0.5", id="floats"),
+        pytest.param(b"-7", id="negative-ints"),
+        pytest.param(b"[0.5]", id="float-rows"),
+        pytest.param(b"[0]", id="int-rows"),
+        pytest.param(b"[-7]", id="negative-int-rows"),
+        pytest.param(b"[]", id="empty-rows"),
+        pytest.param(b"[[]]", id="nested-empty"),
+        pytest.param(NESTED, id="nested-50"),
+        pytest.param(b'"a"', id="strings"),
+        pytest.param(b'{"a":0}', id="objects"),
+        pytest.param(b'{"k123456":123456}', id="objects-with-numbers"),
+        pytest.param(b'{"":[]}', id="objects-of-lists"),
+        pytest.param(b"[0.5,0.25]", id="pairs"),
+        pytest.param(b"[1,0,1,0]", id="digit-rows"),
+        # one string of 8 MiB whose last character is beyond the Basic Multilingual Plane: 4 bytes each
+        pytest.param(b'"' + b"a" * (8 * MIB) + "\U0001f600".encode() + b'"', id="wide-string"),
+        pytest.param(b'"' + b"a" * (8 * MIB) + b'\\ud83d\\ude00"', id="wide-string-escaped"),
+        # one dict of 4-byte keys whose table has just grown (copied: both tables alive for a moment)
+        pytest.param(
+            b"{" + b",".join(b'"%s":0' % chr(0x10000 + i).encode() for i in range(699_051)) + b"}",
+            id="dict-just-grown",
+        ),
     ],
 )
 def test_the_bound_holds_the_measured_peak_of_parsing(row: bytes) -> None:
-    """Measured in a fresh process: peak RSS growth while orjson parses 8 MiB (the bound's margin over the
-    peaks of docs/operations.md is 16 % or more; a parse of another shape above it fails here)."""
-    text = logits_of(row, 8 * MIB)
+    """Measured in a fresh process: peak RSS growth while orjson parses about 8 MiB (the bound is 8 % or
+    more above the peaks of service/web/parse_memory.py; a parse of another shape above it fails here)."""
+    text = logits_of(row, 8 * MIB) if len(row) < 1000 else b'{"logits":[' + row + b"]}"
     measured = subprocess.run(
         [sys.executable, "-c", PEAK_OF_PARSING], input=text, capture_output=True, check=True, timeout=60
     )
     peak = int(measured.stdout)
-    assert peak > 4 * len(text)  # the measurement saw the parse (the document alone is more than that)
-    assert peak <= parse_bytes_bound(text), (peak / len(text), parse_bytes_bound(text) / len(text))
+    assert peak > len(text)  # the measurement saw the parse (the document alone is more than that)
+    # within=0: the bound with its numbers counted one by one, the tighter of its two (the service counts
+    # them so when the first does not fit)
+    bound = parse_bytes_bound(text, within=0)
+    assert peak <= bound <= parse_bytes_bound(text), (peak / len(text), bound / len(text))
 
 
-def test_the_bound_of_a_prefix_is_the_bound_of_that_prefix_alone() -> None:
+def test_the_bound_of_a_prefix_is_the_bound_of_that_prefix_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parse_memory, "_BLOCK", 7)  # the prefix ends inside a block
     text = b'{"inputs":[{"name":"x","data":[[1,2],[3,4]]}]}' + bytes(range(256)) * 4
     header = text.index(b"]}]}") + 4
-    assert parse_bytes_bound(text, header) == parse_bytes_bound(text[:header])
-    assert parse_bytes_bound(text, header) < parse_bytes_bound(text)
+    for within in (None, 0):
+        assert parse_bytes_bound(text, header, within=within) == parse_bytes_bound(
+            text[:header], within=within
+        )
+        assert parse_bytes_bound(text, header, within=within) < parse_bytes_bound(text, within=within)
+
+
+def test_small_integers_are_counted_one_by_one_only_when_the_first_bound_is_over() -> None:
+    """[1,0,1,0] rows: the first bound takes a number per 3 digits, the second none (all cached)."""
+    text = b'{"x":[' + b",".join([b"[1,0,1,0]"] * 1000) + b"]}"
+    first = parse_bytes_bound(text)
+    counted = parse_bytes_bound(text, within=0)
+    assert counted < first
+    assert parse_bytes_bound(text, within=first) == first
+    assert parse_bytes_bound(text, within=first - 1) == counted
 
 
 @pytest.fixture
@@ -195,3 +241,65 @@ def test_a_small_body_with_nan_still_names_its_field(app: Flask) -> None:
         "/v1/softmax", data=b'{"logits":[0.5,NaN]}', content_type="application/json"
     ) as answer:
         assert_problem(answer, 422, field="logits")
+
+
+def test_a_parse_that_another_waiting_parse_keeps_out_is_refused_at_once() -> None:
+    """Two bodies each waiting for room to be parsed, neither able to start while the other holds its body:
+    the second is refused at once (a 503), so the first starts once the running work gives its memory back,
+    rather than both waiting out COMPUTE_QUEUE_SECONDS."""
+    admission = Admission(
+        AdmissionLimits(
+            memory_budget_bytes=64 * MIB,  # 60 MiB for large requests
+            max_body_bytes=16 * MIB,
+            compute_slots=1,
+            compute_queue_length=4,
+            compute_queue_seconds=30.0,  # a wait instead of the refusal would end in another 503
+            compute_deadline_seconds=20.0,
+            body_timeout_seconds=10.0,
+            body_min_bytes_per_second=1024,
+            header_timeout_seconds=10.0,
+        )
+    )
+    running = Reservation(admission)
+    assert running.take(20 * MIB, large=True)
+    first, second = Reservation(admission), Reservation(admission)
+    first.take_body(10 * MIB)
+    second.take_body(10 * MIB)
+    outcome: list[object] = []
+
+    def parse_first() -> None:
+        try:
+            first.take_for_parsing(40 * MIB)  # 40 + its 10: fits once the running work is done
+            outcome.append("parsed")
+        except Problem as problem:
+            outcome.append(problem)
+
+    waiting = threading.Thread(target=parse_first)
+    waiting.start()
+    deadline = time.monotonic() + 5
+    while admission.bodies_waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert admission.bodies_waiting == 1
+    with pytest.raises(Problem) as refused:
+        second.take_for_parsing(45 * MIB)  # 45 + its 10 + the first's 10: over 60 MiB until one leaves
+    assert refused.value.status == 503
+    assert "other requests waiting to be parsed" in refused.value.detail
+    second.release()
+    running.release()
+    waiting.join(5)
+    assert outcome == ["parsed"]
+    first.release()
+    assert admission.held_bytes == 0
+
+
+def test_the_nan_hint_finds_the_literal_after_text_beyond_ascii(monkeypatch: pytest.MonkeyPatch) -> None:
+    """orjson's position counts characters, not bytes."""
+    numbers = b"0.5," * (parsing.STANDARD_PARSE_BYTES // 4) + b"0.5]}"
+    body = '{"café":1,"logits":[0.5,NaN,'.encode() + numbers
+    monkeypatch.setattr(parsing.json, "loads", lambda text: pytest.fail("parsed again"))
+    with (
+        create_app({"TESTING": True})
+        .test_client()
+        .post("/v1/softmax", data=body, content_type="application/json") as answer
+    ):
+        assert_problem(answer, 400, says="JSON has no NaN or Infinity.")

@@ -195,6 +195,9 @@ def _read_index_request() -> dict[str, Any]:
     body = read_decoded_body(request)
     if not body:  # whitespace is not an empty body: it is not JSON either (a 400)
         return {}
+    # A body is labelled JSON, as the contract declares (tritonclient sends none): text, a form or no label
+    # is a 415, not read as JSON regardless.
+    require_media_type(request, ("application/json",))
     if len(body) > INDEX_REQUEST_BYTES:
         # Parsed on the worker's loop, as it is small; a large one could hold the loop and the memory.
         raise Problem(
@@ -203,9 +206,6 @@ def _read_index_request() -> dict[str, Any]:
             f"is {INDEX_REQUEST_BYTES:,}.",
             slug="body-too-large",
         )
-    # A body is labelled JSON, as the contract declares (tritonclient sends none): text, a form or no label
-    # is a 415, not read as JSON regardless.
-    require_media_type(request, ("application/json",))
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as error:
