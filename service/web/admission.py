@@ -4,7 +4,8 @@ One :class:`Admission` per app (so one per gunicorn worker process) holds:
 
 - **One memory budget** (``MEMORY_BUDGET_BYTES``) shared by everything the process holds for its requests:
   bodies being read, computations, and answers being written reserve from it and give their share back when
-  the answer has been sent. A body over ``MAX_BODY_BYTES`` is refused from its headers (413); its room is
+  the answer has been sent; a large body's parse holds a bound of its peak while it runs
+  (:func:`room_for_parsing`). A body over ``MAX_BODY_BYTES`` is refused from its headers (413); its room is
   taken as the app starts to read it, before any of its bytes are read, so a request answered without
   reading its body takes none; 503 ``overloaded`` when no room comes free for it in time. Uploads larger than
   :data:`SMALL_BODY_BYTES` may hold at most :data:`UPLOAD_SHARE` of the budget between them, and they and
