@@ -307,13 +307,14 @@ def parse_heavy_bodies(body_bytes: int = 16 * MIB - 64) -> list[tuple[str, str, 
     empties = b"[]"
     nested = b"[" * 50 + b"]" * 50
     return [
-        ("parse: one-element rows", "/v1/softmax", _logits_of(rows, body_bytes)),
-        ("parse: empty rows", "/v1/softmax", _logits_of(empties, body_bytes)),
-        ("parse: nested lists", "/v1/softmax", _logits_of(nested, body_bytes)),
+        ("parse: one-element rows", "/v1/softmax", logits_of(rows, body_bytes)),
+        ("parse: empty rows", "/v1/softmax", logits_of(empties, body_bytes)),
+        ("parse: nested lists", "/v1/softmax", logits_of(nested, body_bytes)),
     ]
 
 
-def _logits_of(row: bytes, body_bytes: int) -> bytes:
+def logits_of(row: bytes, body_bytes: int) -> bytes:
+    """``{"logits": [row, row, ...]}`` of at most ``body_bytes`` bytes (and its few bytes of braces)."""
     return b'{"logits":[' + b",".join([row] * (body_bytes // (len(row) + 1))) + b"]}"
 
 

@@ -993,3 +993,41 @@ def test_small_bodies_are_not_kept_out_by_large_ones_waiting_for_room() -> None:
     sender.join(10)
     waiting.release()
     assert (admission.held_bytes, admission.upload_bytes, admission.bodies_waiting) == (0, 0, 0)
+
+
+def test_a_parse_that_another_waiting_parse_keeps_out_is_refused_at_once() -> None:
+    """Two bodies each waiting for room to be parsed, neither able to start while the other holds its body:
+    the second is refused at once (a 503), so the first starts once the running work gives its memory back,
+    rather than both waiting out COMPUTE_QUEUE_SECONDS."""
+    # 64 MiB of budget, 60 of it for large requests; a wait instead of the refusal would end in another 503
+    admission = Admission(limits(max_body_bytes=16 * MIB, compute_queue_length=4, compute_queue_seconds=30.0))
+    running = Reservation(admission)
+    assert running.take(20 * MIB, large=True)
+    first, second = Reservation(admission), Reservation(admission)
+    first.take_body(10 * MIB)
+    second.take_body(10 * MIB)
+    outcome: list[object] = []
+
+    def parse_first() -> None:
+        try:
+            first.take_for_parsing(40 * MIB)  # 40 + its 10: fits once the running work is done
+            outcome.append("parsed")
+        except Problem as problem:
+            outcome.append(problem)
+
+    waiting = threading.Thread(target=parse_first)
+    waiting.start()
+    deadline = time.monotonic() + 5
+    while admission.bodies_waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert admission.bodies_waiting == 1
+    with pytest.raises(Problem) as refused:
+        second.take_for_parsing(45 * MIB)  # 45 + its 10 + the first's 10: over 60 MiB until one leaves
+    assert refused.value.status == 503
+    assert "other requests waiting to be parsed" in refused.value.detail
+    second.release()
+    running.release()
+    waiting.join(5)
+    assert outcome == ["parsed"]
+    first.release()
+    assert admission.held_bytes == 0

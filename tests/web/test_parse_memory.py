@@ -11,43 +11,40 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
+from pathlib import Path
 
 import orjson
 import pytest
 from flask import Flask
 
+from deploy.overload import logits_of
 from service import create_app
 from service.protocols.v1 import parsing
 from service.protocols.v2 import tensors
 from service.web import parse_memory
-from service.web.admission import Admission, AdmissionLimits, Reservation, admission_of
+from service.web.admission import Reservation, admission_of
 from service.web.parse_memory import parse_bytes_bound
-from service.web.problems import Problem
 from tests.problems import assert_problem
 
 MIB = 1024 * 1024
 NESTED = b"[" * 50 + b"]" * 50
 
 
-def logits_of(row: bytes, body_bytes: int) -> bytes:
-    """``{"logits": [row, row, ...]}`` of about ``body_bytes`` bytes."""
-    return b'{"logits":[' + b",".join([row] * (body_bytes // (len(row) + 1))) + b"]}"
-
-
+# Run in a fresh process from the repository's root: the peak RSS growth of parsing the text on stdin.
 PEAK_OF_PARSING = textwrap.dedent(
     """
-    import gc, sys, orjson
+    import gc, os, sys, orjson
+    from pathlib import Path
+    from deploy.launch import memory_of
     gc.disable()  # as the service parses a large body (service/web/garbage.py)
     text = sys.stdin.buffer.read()
-    def kib(field):
-        return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field))
-    open("/proc/self/clear_refs", "w").write("5")  # the peak (VmHWM) starts again from the RSS now
-    before = kib("VmRSS:")
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from the RSS now
+    before = memory_of(os.getpid()).rss
     document = orjson.loads(text)
-    print((kib("VmHWM:") - before) * 1024)
+    print(memory_of(os.getpid()).peak - before)
     """
 )
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_long_tokens_are_counted_as_a_regular_expression_finds_them(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,39 +59,43 @@ def test_long_tokens_are_counted_as_a_regular_expression_finds_them(monkeypatch:
             assert parse_memory._long_tokens(text, len(text)) == expected, text
 
 
-@pytest.mark.parametrize(
-    "row",
-    [
-        pytest.param(b"0.5", id="floats"),
-        pytest.param(b"-7", id="negative-ints"),
-        pytest.param(b"[0.5]", id="float-rows"),
-        pytest.param(b"[0]", id="int-rows"),
-        pytest.param(b"[-7]", id="negative-int-rows"),
-        pytest.param(b"[]", id="empty-rows"),
-        pytest.param(b"[[]]", id="nested-empty"),
-        pytest.param(NESTED, id="nested-50"),
-        pytest.param(b'"a"', id="strings"),
-        pytest.param(b'{"a":0}', id="objects"),
-        pytest.param(b'{"k123456":123456}', id="objects-with-numbers"),
-        pytest.param(b'{"":[]}', id="objects-of-lists"),
-        pytest.param(b"[0.5,0.25]", id="pairs"),
-        pytest.param(b"[1,0,1,0]", id="digit-rows"),
-        # one string of 8 MiB whose last character is beyond the Basic Multilingual Plane: 4 bytes each
-        pytest.param(b'"' + b"a" * (8 * MIB) + "\U0001f600".encode() + b'"', id="wide-string"),
-        pytest.param(b'"' + b"a" * (8 * MIB) + b'\\ud83d\\ude00"', id="wide-string-escaped"),
-        # one dict of 4-byte keys whose table has just grown (copied: both tables alive for a moment)
-        pytest.param(
-            b"{" + b",".join(b'"%s":0' % chr(0x10000 + i).encode() for i in range(699_051)) + b"}",
-            id="dict-just-grown",
-        ),
-    ],
-)
+# Texts whose parse is measured against the bound: ``{"logits": [row, row, ...]}`` of 8 MiB for a short row,
+# or around one long one.
+SHAPES = {
+    "floats": b"0.5",
+    "negative-ints": b"-7",
+    "float-rows": b"[0.5]",
+    "int-rows": b"[0]",
+    "negative-int-rows": b"[-7]",
+    "empty-rows": b"[]",
+    "nested-empty": b"[[]]",
+    "nested-50": NESTED,
+    "strings": b'"a"',
+    "objects": b'{"a":0}',
+    "objects-with-numbers": b'{"k123456":123456}',
+    "objects-of-lists": b'{"":[]}',
+    "pairs": b"[0.5,0.25]",
+    "digit-rows": b"[1,0,1,0]",
+    # one string of 8 MiB whose last character is beyond the Basic Multilingual Plane: 4 bytes each
+    "wide-string": b'"' + b"a" * (8 * MIB) + "\U0001f600".encode() + b'"',
+    "wide-string-escaped": b'"' + b"a" * (8 * MIB) + b'\\ud83d\\ude00"',
+    # one dict of 4-byte keys whose table has just grown (copied: both tables alive for a moment)
+    "dict-just-grown": b"{" + b",".join(b'"%s":0' % chr(0x10000 + i).encode() for i in range(699_051)) + b"}",
+}
+
+
+@pytest.mark.parametrize("row", list(SHAPES.values()), ids=list(SHAPES))
 def test_the_bound_holds_the_measured_peak_of_parsing(row: bytes) -> None:
     """Measured in a fresh process: peak RSS growth while orjson parses about 8 MiB (the bound is 8 % or
     more above the peaks of service/web/parse_memory.py; a parse of another shape above it fails here)."""
     text = logits_of(row, 8 * MIB) if len(row) < 1000 else b'{"logits":[' + row + b"]}"
     measured = subprocess.run(
-        [sys.executable, "-c", PEAK_OF_PARSING], input=text, capture_output=True, check=True, timeout=60
+        [sys.executable, "-c", PEAK_OF_PARSING],
+        input=text,
+        capture_output=True,
+        check=True,
+        timeout=60,
+        cwd=ROOT,
     )
     peak = int(measured.stdout)
     assert peak > len(text)  # the measurement saw the parse (the document alone is more than that)
@@ -241,55 +242,6 @@ def test_a_small_body_with_nan_still_names_its_field(app: Flask) -> None:
         "/v1/softmax", data=b'{"logits":[0.5,NaN]}', content_type="application/json"
     ) as answer:
         assert_problem(answer, 422, field="logits")
-
-
-def test_a_parse_that_another_waiting_parse_keeps_out_is_refused_at_once() -> None:
-    """Two bodies each waiting for room to be parsed, neither able to start while the other holds its body:
-    the second is refused at once (a 503), so the first starts once the running work gives its memory back,
-    rather than both waiting out COMPUTE_QUEUE_SECONDS."""
-    admission = Admission(
-        AdmissionLimits(
-            memory_budget_bytes=64 * MIB,  # 60 MiB for large requests
-            max_body_bytes=16 * MIB,
-            compute_slots=1,
-            compute_queue_length=4,
-            compute_queue_seconds=30.0,  # a wait instead of the refusal would end in another 503
-            compute_deadline_seconds=20.0,
-            body_timeout_seconds=10.0,
-            body_min_bytes_per_second=1024,
-            header_timeout_seconds=10.0,
-        )
-    )
-    running = Reservation(admission)
-    assert running.take(20 * MIB, large=True)
-    first, second = Reservation(admission), Reservation(admission)
-    first.take_body(10 * MIB)
-    second.take_body(10 * MIB)
-    outcome: list[object] = []
-
-    def parse_first() -> None:
-        try:
-            first.take_for_parsing(40 * MIB)  # 40 + its 10: fits once the running work is done
-            outcome.append("parsed")
-        except Problem as problem:
-            outcome.append(problem)
-
-    waiting = threading.Thread(target=parse_first)
-    waiting.start()
-    deadline = time.monotonic() + 5
-    while admission.bodies_waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert admission.bodies_waiting == 1
-    with pytest.raises(Problem) as refused:
-        second.take_for_parsing(45 * MIB)  # 45 + its 10 + the first's 10: over 60 MiB until one leaves
-    assert refused.value.status == 503
-    assert "other requests waiting to be parsed" in refused.value.detail
-    second.release()
-    running.release()
-    waiting.join(5)
-    assert outcome == ["parsed"]
-    first.release()
-    assert admission.held_bytes == 0
 
 
 def test_the_nan_hint_finds_the_literal_after_text_beyond_ascii(monkeypatch: pytest.MonkeyPatch) -> None:

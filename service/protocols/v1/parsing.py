@@ -68,11 +68,13 @@ def parse_json(data: bytes) -> Any:
             # this the same body would be a 400 on one Python and a 422 on the other.
             raise _malformed(f"The request body nests too deeply: {fast_error}.") from None
         if len(data) > STANDARD_PARSE_BYTES:
-            # pos counts characters: a byte offset only while the text before it is ASCII
-            at = data[fast_error.pos : fast_error.pos + 9].startswith(_NON_FINITE) if data.isascii() else None
-            if at is None:
-                at = any(literal in data for literal in _NON_FINITE)
-            hint = " JSON has no NaN or Infinity." if at else ""
+            # pos counts characters: a byte offset only while the text is ASCII
+            non_finite = (
+                data[fast_error.pos : fast_error.pos + 9].startswith(_NON_FINITE)
+                if data.isascii()
+                else any(literal in data for literal in _NON_FINITE)
+            )
+            hint = " JSON has no NaN or Infinity." if non_finite else ""
             raise _malformed(f"The request body is not valid JSON: {fast_error}.{hint}") from None
         try:
             return json.loads(data.decode("utf-8"))  # JSON on the wire is UTF-8 (RFC 8259), no BOM sniffing
