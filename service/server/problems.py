@@ -9,6 +9,7 @@ read it when every origin is allowed, and one JSON access-log line on stdout (un
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import functools
 import json
 import os
@@ -50,8 +51,11 @@ def problem_bytes(
         else ""
     )
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
+    # Date, as in the app's answers: RFC 9110 (section 6.6.1) wants it in every 4xx from a server with a clock
+    date = email.utils.formatdate(usegmt=True)
     head = (
-        f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nX-Request-ID: {request_id}\r\n{cors}{extra}"
+        f"HTTP/1.1 {status} {reason}\r\nDate: {date}\r\nConnection: close\r\nX-Request-ID: {request_id}\r\n"
+        f"{cors}{extra}"
         f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("latin-1") + body, request_id

@@ -6,11 +6,13 @@ by the tests' wrapper app (``tests/deploy/slow_app.py``), which adds an ``X-Test
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -88,6 +90,7 @@ def test_the_seed_example(server: Server) -> None:
     ids=["request-line-too-long", "negative-content-length"],
 )
 def test_gunicorns_own_errors_are_problem_json(server: Server, request_head: bytes, status: int) -> None:
+    asked = time.time()
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(request_head)
         answer = b""
@@ -96,6 +99,10 @@ def test_gunicorns_own_errors_are_problem_json(server: Server, request_head: byt
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(f"HTTP/1.1 {status} ".encode())
     assert b"Content-Type: application/problem+json" in head
+    # RFC 9110 section 6.6.1: an origin server with a clock sends Date in every 4xx, as the app's answers do
+    fields = dict(line.split(": ", 1) for line in head.decode("latin-1").split("\r\n")[1:])
+    sent = email.utils.parsedate_to_datetime(fields["Date"]).timestamp()
+    assert asked - 1 <= sent <= time.time() + 1  # the date has whole seconds
     problem = json.loads(body)
     assert problem["status"] == status
     assert problem["title"]
