@@ -20,11 +20,11 @@ import operator
 import os
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from flask import Flask, Response, request
 from flask.wrappers import Request
@@ -37,6 +37,7 @@ from prometheus_client import (
     multiprocess,
 )
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.samples import Sample
 
@@ -206,10 +207,14 @@ def exposition(accept: str | None) -> Response:
     return Response(_SHARED_SCRAPES.get(content_type, build), content_type=content_type)
 
 
-class SharedBuilds:
-    """One build at a time per format, shared by the scrapes that arrived while it was under way.
+T = TypeVar("T")
 
-    A scrape takes the text of the first build that *started* after it arrived, so it never gets samples
+
+class SharedBuilds(Generic[T]):
+    """One build at a time per key (a format, a family prefix), shared by the reads that arrived while it was
+    under way.
+
+    A read takes the result of the first build that *started* after it arrived, so it never gets samples
     older than itself; the build runs off the worker's loop (:func:`~service.web.connection.off_the_loop`).
     The lock is made on first use, in the worker (gevent's, once gevent has patched ``threading``).
     """
@@ -217,14 +222,14 @@ class SharedBuilds:
     def __init__(self) -> None:
         self._lock: threading.Lock | None = None
         self._started = 0  # builds started so far
-        self._latest: dict[str, tuple[int, bytes]] = {}  # format → (number of the build, its text)
+        self._latest: dict[str, tuple[int, T]] = {}  # key → (number of the build, its result)
 
     def arrival(self) -> int:
         """The mark of a scrape arriving now: the builds started so far."""
         return self._started
 
-    def get(self, key: str, build: Callable[[], bytes], *, arrived_after: int | None = None) -> bytes:
-        """The text of format ``key``: from a build started after ``arrived_after`` (:meth:`arrival`; by
+    def get(self, key: str, build: Callable[[], T], *, arrived_after: int | None = None) -> T:
+        """The result for ``key``: from a build started after ``arrived_after`` (:meth:`arrival`; by
         default, now), waited for or run (``build``)."""
         if arrived_after is None:
             arrived_after = self._started
@@ -241,20 +246,33 @@ class SharedBuilds:
             return text
 
 
-_SHARED_SCRAPES = SharedBuilds()
+_SHARED_SCRAPES: SharedBuilds[bytes] = SharedBuilds()
+_SHARED_SAMPLES: SharedBuilds[tuple[Sample, ...]] = SharedBuilds()
 
 
 def collect_samples(prefix: str) -> list[Sample]:
     """The samples whose names start with ``prefix``, as /metrics shows them now: under gunicorn, every
-    worker's, added up by prometheus_client's multiprocess collector (the one /metrics uses)."""
+    worker's, added up by prometheus_client's multiprocess collector (the one /metrics uses).
+
+    Under gunicorn that reads every sample of every worker, as a scrape does (all the HTTP series too: a few
+    thousand label sets cost seconds), so it is built off the worker's loop and shared by the reads that
+    arrive while one is built, as /metrics is (:class:`SharedBuilds`): after a sweep of every route, 16
+    ``/v2/models/stats`` at once had held the loop for their builds in a row, ``/livez`` 2.6 s.
+    """
     directory = _multiprocess_dir()
     if directory is None:
-        families = list(REGISTRY.collect())
-    else:
+        return _starting_with(prefix, REGISTRY.collect())
+
+    def build() -> tuple[Sample, ...]:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         with _directory_lock(directory, exclusive=False):
-            families = list(registry.collect())
+            return tuple(_starting_with(prefix, registry.collect()))
+
+    return list(_SHARED_SAMPLES.get(prefix, build))
+
+
+def _starting_with(prefix: str, families: Iterable[Metric]) -> list[Sample]:
     return [sample for family in families for sample in family.samples if sample.name.startswith(prefix)]
 
 
