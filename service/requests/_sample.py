@@ -15,6 +15,8 @@ from service.requests._distribution import (
     distribution_work,
 )
 
+HELD_PER_DRAW = 3  # arrays held whole per draw: its token, its log-probability and its uniform
+
 
 @dataclass(frozen=True)
 class SampleRequest(DistributionRequest):
@@ -43,8 +45,9 @@ class SampleRequest(DistributionRequest):
 
     def work(self) -> Work:
         """The distribution is worked through a block of rows at a time, the logits held whole (as
-        float64); the draws (tokens, log-probabilities and their uniforms) are held whole. The compute
-        bound counts the distribution's arithmetic and each draw's binary search over its row."""
+        float64); the draws are held whole three times over (tokens, log-probabilities and their uniforms),
+        so three elements each count against the work limit. The compute bound counts the distribution's
+        arithmetic and each draw's binary search over its row."""
         distribution = math.prod(self.logits.shape)
         draws = math.prod(self.shape)
         search_steps = self.logits.shape[-1].bit_length()
@@ -53,7 +56,7 @@ class SampleRequest(DistributionRequest):
             elements=max(distribution, draws),
             bounds=(
                 Bound(distribution, "probabilities"),
-                Bound(draws, "draws (rows × num_samples)"),
+                Bound(HELD_PER_DRAW * draws, f"draws (rows × num_samples) × {HELD_PER_DRAW}"),
                 distribution_bound(
                     computed, f", and each draw × {DRAW_STEP_COST} × log2 V for its binary search"
                 ),

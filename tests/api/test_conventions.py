@@ -215,7 +215,7 @@ def test_body_over_the_limit_is_413() -> None:
         ("/v1/softmax", {"logits": [[0.0] * 50] * 30}, 1500),
         ("/v1/log-likelihood", {"logits": [[[0.0] * 40] * 30], "targets": [[0] * 30]}, 1200),
         ("/v1/sample", {"logits": [[0.0] * 50] * 30}, 1500),
-        ("/v1/sample", {"logits": [[0.0] * 5] * 30, "num_samples": 40}, 1200),
+        ("/v1/sample", {"logits": [[0.0] * 5] * 30, "num_samples": 40}, 3600),  # 3 arrays a draw
     ],
 )
 def test_work_over_the_limit_is_413_stating_limit_and_need(

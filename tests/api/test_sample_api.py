@@ -131,6 +131,7 @@ def test_softmax_refuses_min_p_out_of_range(client: FlaskClient) -> None:
 def test_num_samples_counts_against_the_work_limit() -> None:
     client = create_app({"TESTING": True, "MAX_WORK_ELEMENTS": 1000}).test_client()
     body = {"logits": [[0.0, 1.0]] * 10}
-    assert client.post("/v1/sample", json={**body, "num_samples": 100}).status_code == 200  # 10 × 100
-    problem = assert_problem(client.post("/v1/sample", json={**body, "num_samples": 101}), 413, says="1,010")
+    # each draw holds three arrays whole (its token, log-probability and uniform): 10 × 33 × 3 = 990
+    assert client.post("/v1/sample", json={**body, "num_samples": 33}).status_code == 200
+    problem = assert_problem(client.post("/v1/sample", json={**body, "num_samples": 34}), 413, says="1,020")
     assert "num_samples" in problem["detail"]

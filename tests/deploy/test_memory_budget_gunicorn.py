@@ -16,6 +16,7 @@ import pytest
 
 from deploy.launch import Server, start
 from service.settings import MIB
+from tests.api.v2.test_v2_api import binary_body
 
 pytestmark = pytest.mark.gunicorn
 
@@ -103,6 +104,25 @@ CASES = [
 ]
 
 
+def _sample_draws(rows: int) -> tuple[bytes, dict[str, str]]:
+    """/v2 sample with 100,000 draws from each of ``rows`` rows of two logits, its outputs binary: 2 KB of
+    body for up to 178 MB of answer."""
+    logits = np.random.default_rng(0).standard_normal((rows, 2))
+    return binary_body(
+        [("logits", logits, "FP64")],
+        parameters={"num_samples": 100_000, "seed": 1, "binary_data_output": True},
+    )
+
+
+# /v2 binary answers (8 bytes a value against JSON's 25) let far more draws through than JSON's do.
+BINARY_CASES = [
+    # 5.5 million draws: the most the limits allow (3 arrays a draw, 16,777,216 elements), within the budget
+    pytest.param("/v2/models/sample/infer", _sample_draws(55), 200, None, id="most-draws"),
+    # 11.1 million: had been answered 200, with the worker 615 MiB past its fresh size
+    pytest.param("/v2/models/sample/infer", _sample_draws(111), 413, "work-too-large", id="too-many-draws"),
+]
+
+
 @pytest.fixture(scope="module")
 def limited_server() -> Iterator[Server]:
     server = start(workers=1, address_space_bytes=ADDRESS_SPACE)
@@ -115,15 +135,35 @@ def limited_server() -> Iterator[Server]:
 def test_hostile_bodies_are_refused_or_answered_within_the_budget(
     limited_server: Server, path: str, body: bytes, status: int, problem: str | None
 ) -> None:
+    _answered_within_the_budget(
+        limited_server, path, body, {"Content-Type": "application/json"}, status, problem
+    )
+
+
+@pytest.mark.parametrize(("path", "request_", "status", "problem"), BINARY_CASES)
+def test_large_binary_answers_are_refused_or_answered_within_the_budget(
+    limited_server: Server,
+    path: str,
+    request_: tuple[bytes, dict[str, str]],
+    status: int,
+    problem: str | None,
+) -> None:
+    body, headers = request_
+    _answered_within_the_budget(limited_server, path, body, headers, status, problem)
+
+
+def _answered_within_the_budget(
+    limited_server: Server, path: str, body: bytes, headers: dict[str, str], status: int, problem: str | None
+) -> None:
     workers = limited_server.worker_pids()
     fresh = max(reading.rss for reading in limited_server.fresh.values())  # type: ignore[attr-defined]
     limited_server.reset_peak_memory()
-    response = httpx.post(
-        limited_server.url(path), content=body, headers={"Content-Type": "application/json"}, timeout=120
-    )
+    response = httpx.post(limited_server.url(path), content=body, headers=headers, timeout=120)
     assert response.status_code == status, response.text[:500]
     if problem is not None:
         assert response.json()["type"].endswith(f":{problem}")
+    elif "Inference-Header-Content-Length" in response.headers:
+        assert orjson.loads(response.content[: int(response.headers["Inference-Header-Content-Length"])])
     else:
         assert orjson.loads(response.content)  # a whole JSON document, however it was written
     assert limited_server.worker_pids() == workers, "a worker died:\n" + limited_server.log()

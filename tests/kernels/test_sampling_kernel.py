@@ -16,7 +16,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from service.kernels import MAX_SEED, KernelError, ShapeError, Truncation, sample, softmax
+from service.kernels import MAX_SEED, KernelError, ShapeError, Truncation, _sampling, sample, softmax
 from service.kernels._sampling import draw, uniforms
 from service.kernels._truncation import portable_exp
 from tests.kernel_calls import with_truncation
@@ -183,6 +183,18 @@ def test_rows_and_samples_are_independent_draws() -> None:
     assert chisquare(np.bincount(pairs.reshape(-1), minlength=4)).pvalue > SIGNIFICANCE
     across_rows = result.tokens[:-1, 0] * 2 + result.tokens[1:, 0]
     assert chisquare(np.bincount(across_rows, minlength=4)).pvalue > SIGNIFICANCE
+
+
+def test_draws_split_into_blocks_of_rows_by_their_count_are_the_same_draws(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 100,000 draws a row: blocks of 10 rows by the draws, where the logits alone (3 a row) made one block
+    logits = np.random.default_rng(3).standard_normal((25, 3))
+    blocked = sample(logits, num_samples=100_000, seed=11)
+    monkeypatch.setattr(_sampling, "rows_per_block", lambda elements_per_row, total_rows: total_rows)
+    whole = sample(logits, num_samples=100_000, seed=11)
+    np.testing.assert_array_equal(blocked.tokens, whole.tokens)
+    np.testing.assert_array_equal(blocked.logprobs, whole.logprobs)  # bit for bit: the same arithmetic
 
 
 # --- reproducibility ---------------------------------------------------------------------------------
