@@ -151,3 +151,34 @@ def test_a_wait_ended_for_a_client_gone_is_a_400_naming_the_body_framing_and_a_c
         "CROWDED 503 [] 1",
         "0 0",
     ], done.stdout + done.stderr
+
+
+ON_THE_LOOP = PRELUDE + textwrap.dedent(
+    """
+    from gevent import monkey as patched
+
+    admission = admission_of(64 * MIB, queue_length=4, queue_seconds=5)
+    thread_of = patched.get_original("threading", "get_ident")  # the OS thread's, not the greenlet's
+    loop = thread_of()
+
+    def ran_on_the_loop(cpu_seconds):
+        reservation = Reservation(admission)
+        thread = admission.run(thread_of, cpu_seconds=cpu_seconds, memory_bytes=0, reservation=reservation)
+        return thread == loop
+
+    # As learnt from computations whose estimates erred high, ten times and more (layer norm's).
+    admission.speed = 0.016
+    print(ran_on_the_loop(2.0), ran_on_the_loop(0.04), ran_on_the_loop(0.06))
+    admission.speed = 4.0  # slower than estimated: fewer run on the loop
+    print(ran_on_the_loop(0.04), ran_on_the_loop(0.01))
+    """
+)
+
+
+def test_a_learnt_speed_never_puts_a_computation_on_the_loop_that_its_estimate_keeps_off() -> None:
+    """Admission's speed is one average over every endpoint; an estimate of 2 s of CPU at a learnt 0.016
+    (0.035 s expected) had run on the worker's loop, the attention worst case for 2.7 s, /livez waiting."""
+    done = subprocess.run(
+        [sys.executable, "-c", ON_THE_LOOP], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.split() == ["False", "True", "False", "False", "True"], done.stdout + done.stderr
