@@ -398,11 +398,9 @@ class ClientSocket:
         declared = None if self.request is None else _declared_length(self.request.headers)
         if not events & _POLLRDHUP or declared is None:
             return False
-        try:
-            answer = fcntl.ioctl(self.sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-        except (OSError, ValueError, AttributeError):
+        unread = self.unread_bytes()  # (under TLS, encrypted: more than it will read as)
+        if unread is None:
             return False
-        unread: int = struct.unpack("i", answer)[0]  # (under TLS, encrypted: more than it will read as)
         pending = getattr(self.sock, "pending", None)  # TLS: decrypted already, not read yet
         if pending is not None:
             unread += pending()
@@ -410,6 +408,15 @@ class ClientSocket:
         # request before it.
         arrived = self.bytes_received - self.received_before_request + unread
         return declared > arrived
+
+    def unread_bytes(self) -> int | None:
+        """Bytes the client has sent that the kernel holds unread (FIONREAD); None where it does not say."""
+        try:
+            answer = fcntl.ioctl(self.sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except (OSError, ValueError, AttributeError):
+            return None
+        unread: int = struct.unpack("i", answer)[0]
+        return unread
 
     def _queued(self) -> int | None:
         """Bytes of answers in the kernel's queue for this connection, sent or not but not yet acknowledged
@@ -812,7 +819,11 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         try:
             handled = super().handle_request(listener_name, req, sock, addr)
         except StopIteration:
-            if take_close_request():
+            # gunicorn ends the connection after this answer. Closed with bytes unread (a client that
+            # pipelined its next requests), the kernel would reset it, and a reset can destroy answers sent
+            # but not yet read: a worker recycled after GUNICORN_MAX_REQUESTS lost up to 3 of its last answers
+            # to a client that had sent 200 requests at once.
+            if take_close_request() or (counted is not None and counted.unread_bytes()):
                 linger(sock)
             raise
         finally:
