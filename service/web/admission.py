@@ -59,7 +59,7 @@ from service.web.connection import WaitEnd, close_connection_after_answer, room_
 from service.web.garbage import collection_paused
 from service.web.hooks import RequestGlobals, request_steps
 from service.web.inference import Timeline, current_timeline
-from service.web.limits import JSON_ANSWER, AnswerEncoding, admit_work
+from service.web.limits import JSON_ANSWER, AnswerEncoding, admit_work, expected_cpu_seconds
 from service.web.parse_memory import parse_bytes_bound
 from service.web.problems import Problem
 
@@ -1037,7 +1037,7 @@ def run_admitted(computation: Computation[T], answer: AnswerEncoding = JSON_ANSW
         return computation.run()
     body_bytes = body_size()  # inflated, for a compressed body: what parsing it holds
     memory = HELD_PER_BODY_BYTE * body_bytes + HELD_PER_WORK_ELEMENT * held_elements(work)
-    cpu_seconds = work.estimated_cpu_seconds
+    cpu_seconds = expected_cpu_seconds(work, answer)
     if cpu_seconds <= NO_SLOT_SECONDS and reservation.take(
         max(0, memory - reservation.held_bytes), large=body_bytes > SMALL_BODY_BYTES
     ):

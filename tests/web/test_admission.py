@@ -12,11 +12,13 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
 from service import create_app
+from service.requests import AttentionRequest
 from service.web import admission as admission_module
 from service.web.admission import (
     HELD_ELSEWHERE_SECONDS,
@@ -29,6 +31,7 @@ from service.web.admission import (
     body_too_large,
 )
 from service.web.connection import take_close_request
+from service.web.limits import binary_answer, expected_cpu_seconds
 from service.web.problems import Problem
 from tests.problems import assert_problem
 
@@ -1049,3 +1052,16 @@ def test_computations_that_fail_teach_the_speed_nothing() -> None:
     assert admission.busy_slots == 0
     admission.run(lambda: "done", cpu_seconds=2.0, memory_bytes=0, reservation=Reservation(admission))
     assert admission.speed < 1.0  # a computation that returned teaches it (this one took microseconds)
+
+
+def test_a_large_answer_counts_in_what_its_computation_is_expected_to_cost() -> None:
+    # 4.2 million output values from one key: the kernel's estimate alone was under 1 ms (no slot, on the
+    # worker's loop), and making the answer took 148-270 ms there
+    request = AttentionRequest(
+        query=np.zeros((1024, 1)), key=np.zeros((1, 1)), value=np.zeros((1, 4096)), include=[]
+    )
+    work = request.work()
+    assert work.estimated_cpu_seconds < admission_module.NO_SLOT_SECONDS
+    for answer in (admission_module.JSON_ANSWER, binary_answer(8)):
+        assert expected_cpu_seconds(work, answer) > admission_module.INLINE_SECONDS  # a slot, on a thread
+    assert Admission(limits()).runs_on_the_loop(expected_cpu_seconds(work)) is False
