@@ -31,6 +31,11 @@ LENGTH = Range(minimum=1, maximum=MAX_POSITION)
 D_MODEL = Range(minimum=2)
 # Each table entry is a sine or cosine (rotary applies two per rotated pair): a reference score or two each.
 TABLE_COST = 2
+# NumPy's float64 sine and cosine reduce arguments past about 1e9 the slow way (70-77 ns a call here, against
+# 20): an angle is a position times at most 1 (the first frequency, base^0), so positions from this one on
+# cost this many times more. Two positions near 2^53 and d_model 8,388,608 took 1.3-2.2 s of CPU.
+SLOW_ANGLE = 2**29
+SLOW_ANGLE_COST = 4
 
 
 @dataclass(frozen=True)
@@ -125,21 +130,39 @@ class PositionalEncodingRequest:
         if self.kind == "sinusoidal":
             assert self.d_model is not None
             elements = self.rows * self.d_model
+            computed = elements * self._entry_cost()
             return Work(
                 elements=elements,
-                bounds=(Bound(elements, "a sinusoidal table (n × d_model)"),),
+                bounds=(Bound(elements, "a sinusoidal table (n × d_model)"), self._compute_bound(computed)),
                 answer_elements=elements,
-                compute=elements * TABLE_COST,
+                compute=computed,
             )
         assert self.x is not None
         dim = self.x.shape[-1] if self.dim is None else self.dim
         tables = 2 * self.rows * (dim // 2) if self.include else 0
         elements = int(self.x.size) + tables
+        computed = (int(self.x.size) + 2 * self.rows * (dim // 2)) * self._entry_cost()
         return Work(
             elements=elements,
-            bounds=(Bound(elements, "rotated rows (the size of x) and tables"),),
+            bounds=(
+                Bound(elements, "rotated rows (the size of x) and tables"),
+                self._compute_bound(computed),
+            ),
             answer_elements=elements,
-            compute=(int(self.x.size) + 2 * self.rows * (dim // 2)) * TABLE_COST,
+            compute=computed,
+        )
+
+    def _entry_cost(self) -> int:
+        """Reference scores per table entry: more when the angles are large (see :data:`SLOW_ANGLE`)."""
+        largest = self.rows - 1 if self.positions is None else int(np.abs(self.positions).max())
+        return TABLE_COST * (SLOW_ANGLE_COST if largest >= SLOW_ANGLE else 1)
+
+    @staticmethod
+    def _compute_bound(computed: int) -> Bound:
+        return Bound(
+            computed,
+            f"sines and cosines (× {TABLE_COST} each, × {SLOW_ANGLE_COST} more from position {SLOW_ANGLE:,})",
+            setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
         )
 
     def run(self) -> PositionalEncodingResult:

@@ -132,6 +132,21 @@ def test_a_single_long_row_under_top_p_is_refused_before_the_body_limit() -> Non
     assert compute_bound(SoftmaxRequest(logits=row).work()) <= COMPUTE_LIMIT
 
 
+def test_positions_past_2_to_the_29_cost_four_times_as_much_and_are_bounded(client: FlaskClient) -> None:
+    # NumPy's sine and cosine reduce such angles the slow way: two positions near 2^53 and d_model
+    # 8,388,608, binary on /v2, took 1.3-2.2 s of CPU, estimated at 1 s; the compute limit now refuses them
+    far = np.array([2**53 - 1, 2**53 - 3])
+    near = np.array([2**29 - 1, 2**29 - 3])
+    work = PositionalEncodingRequest(kind="sinusoidal", positions=far, d_model=8_388_608, base=1.0).work()
+    assert work.compute == 2 * 8_388_608 * 2 * 4 == compute_bound(work) > COMPUTE_LIMIT
+    work = PositionalEncodingRequest(kind="sinusoidal", positions=near, d_model=6).work()
+    assert work.compute == 12 * 2
+    body = {"kind": "sinusoidal", "positions": far.tolist(), "d_model": 4_194_306, "base": 1.0}
+    response = client.post("/v1/positional-encoding", json=body)  # 2 × 4,194,306 × 8: just over the limit
+    assert response.status_code == 413
+    assert "MAX_OUTPUT_ONLY_WORK_ELEMENTS" in response.get_json()["detail"]
+
+
 @pytest.mark.parametrize(
     ("request_", "compute"),
     [
