@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy import overload, slow_clients
-from deploy.launch import MIB, TEST_TLS, Server, resolve_config, start
+from deploy.launch import MIB, TEST_TLS, Server, resolve_config, serving, start
 
 GIB = overload.GIB
 METRICS_LIMIT_BYTES = 100_000
@@ -261,6 +261,58 @@ def amplification(attack: Attack) -> None:
     attack.send("unknown-fields", post_head("/v1/attention", len(unknown)), unknown, expect={413, 422})
 
 
+def streamed_answer(report: Report, env: dict[str, str]) -> None:
+    """A 50 KB body whose answer broadcasts to 8 million values (64 MB of JSON, written in pieces on the
+    worker's loop) to a client that reads as fast as it can, while ``/livez`` is probed, on a server of one
+    worker (so that every probe shares that worker's loop): each probe within 1 s (before the loop looked
+    for other connections between pieces, 1.8 s)."""
+    answered_elsewhere = set(report.app_answered)
+    with serving(env=env, workers=1) as server:
+        _streamed_answer(Attack(server, report))
+        time.sleep(1.0)  # the last log lines are flushed
+        logged = {
+            line.get("request_id")
+            for line in (json.loads(text) for text in list(server.stdout) if text.startswith("{"))
+        }
+    missing = sorted(report.app_answered - answered_elsewhere - logged)
+    if missing:
+        report.fail(f"{len(missing)} answers without their log line, e.g. {missing[:5]}")
+    report.app_answered = answered_elsewhere  # the main server's log has none of these
+
+
+def _streamed_answer(attack: Attack) -> None:
+    rows = 2837
+    body = json.dumps(
+        {
+            "query": _nested([rows, 1, 1, 1], 0.123456789),
+            "key": _nested([1, rows, 1, 1], 1.0),
+            "value": [[1.0]],
+        }
+        | {"include": []}
+    ).encode()
+    answers: list[Answer | None] = []
+    raw = f"{post_head('/v1/attention', len(body))}\r\n\r\n".encode() + body
+    reader = threading.Thread(target=lambda: answers.append(exchange(attack.server.port, raw, timeout=60)))
+    reader.start()
+    worst, probes, until = 0.0, 0, time.monotonic() + SCRAPES_SECONDS
+    while (reader.is_alive() or probes < SCRAPE_PROBES) and time.monotonic() < until:
+        started = time.monotonic()
+        attack.send("probe-during-streamed-answer", "GET /livez HTTP/1.1\r\nHost: attack", expect={200})
+        worst = max(worst, time.monotonic() - started)
+        probes += 1
+        time.sleep(0.02)
+    reader.join(max(0.0, until - time.monotonic()))
+    answer = answers[0] if answers else None
+    size = len(answer.body) if answer else -1
+    attack.report.notes.append(
+        f"streamed answer of {size:,} bytes: /livez at most {worst:.2f} s in {probes} probes"
+    )
+    if answer is None or answer.status != 200:
+        attack.report.fail(f"streamed answer: {answer.status if answer else 'no answer'}")
+    if worst > 1.0:
+        attack.report.fail(f"/livez took {worst:.2f} s while a streamed answer was written (bound 1 s)")
+
+
 def _sent_short_then_closed(attack: Attack, request_id: str, path: str, body: bytes) -> bytes:
     """``body`` under a head that claims 100 bytes more, then the sending side closed; what came back."""
     with socket.create_connection(("127.0.0.1", attack.server.port), timeout=10) as sock:
@@ -434,7 +486,7 @@ def metrics_on_tmpfs(enabled: bool) -> Iterator[dict[str, str]]:
         directory.rmdir()
 
 
-LEGACY = ("flood", "amplification", "lies", "chunked", "encodings", "scrapes", "slow")
+LEGACY = ("flood", "amplification", "streamed", "lies", "chunked", "encodings", "scrapes", "slow")
 OVERLOAD = (
     *("heavy", "resend", "crowd-lies", "crowd-silent", "uploads", "expect"),
     *("gzip-members", "tiny-chunks", "unread-answers"),  # the attack pass after admission control
@@ -498,6 +550,7 @@ def legacy_attacks(args: argparse.Namespace, env: dict[str, str], report: Report
         attacks: dict[str, Callable[[], None]] = {
             "flood": lambda: cardinality_flood(attack, args.flood_seconds),
             "amplification": lambda: amplification(attack),
+            "streamed": lambda: streamed_answer(report, env),
             "lies": lambda: content_length_lies(attack),
             "chunked": lambda: malformed_chunked(attack),
             "encodings": lambda: unknown_encodings(attack),

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from service.web.connection import POLL_SECONDS, let_other_connections_run
+
 DUMP_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 # About 1.5 MB of JSON per piece for float64: large enough that the per-piece cost is noise, small enough
@@ -53,7 +55,18 @@ def should_stream(body: Any) -> bool:
 
 
 def encode_in_pieces(body: Mapping[str, Any], *, block_elements: int = BLOCK_ELEMENTS) -> Iterator[bytes]:
-    """The bytes of ``dumps_bytes(body)``, as pieces of about ``block_elements`` array elements each."""
+    """The bytes of ``dumps_bytes(body)``, as pieces of about ``block_elements`` array elements each.
+
+    The pieces are made as the server sends them, on the worker's loop, which looks for and serves its other
+    connections between two pieces: a send to a fast reader never waits, so nothing else let it run, and 8
+    million values shaped [2837, 2837, 1, 1] took 2.2 s to write, ``/livez`` waiting up to 1.8 s.
+    """
+    for piece in _pieces(body, block_elements):
+        yield piece
+        let_other_connections_run(poll_seconds=POLL_SECONDS)
+
+
+def _pieces(body: Mapping[str, Any], block_elements: int) -> Iterator[bytes]:
     yield b"{"
     for position, (name, value) in enumerate(body.items()):
         yield (b"," if position else b"") + orjson.dumps(name) + b":"

@@ -21,6 +21,7 @@ from flask.wrappers import Request
 from werkzeug.exceptions import BadRequest, RequestEntityTooLarge, RequestTimeout
 
 from service.web.connection import (
+    POLL_SECONDS,
     bytes_received,
     close_connection_after_answer,
     let_other_connections_run,
@@ -59,7 +60,6 @@ CHUNKED_READ_BYTES = 4 * 1024
 # A read of a chunked body that took longer than this (its chunks are small) is followed by a turn of the
 # loop that polls for input (a sleep of POLL_SECONDS), not only by a yield; a fast one costs nothing more.
 SLOW_READ_SECONDS = 0.002
-POLL_SECONDS = 0.0001
 # What a chunked body may take on the wire: its bytes, a tenth more for the chunks' sizes and line ends
 # (chunks of 60 bytes and more on average), and this much besides: a small body in small chunks, and what the
 # server has received of the body but not yet handed out (gunicorn receives up to 1 MiB of a large chunk at

@@ -60,6 +60,10 @@ def under_gevent() -> bool:
     return gevent is not None and gevent.monkey.is_module_patched("socket")
 
 
+# A sleep this short is a turn of the worker's loop that looks for new input (see let_other_connections_run).
+POLL_SECONDS = 0.0001
+
+
 def let_other_connections_run(*, poll_seconds: float = 0.0) -> None:
     """Under gevent, let the worker's loop run the other greenlets that are ready. ``gevent.sleep(0)`` runs
     only those; a sleep of ``poll_seconds`` > 0 is a turn of the loop that looks for new input first
