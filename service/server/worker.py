@@ -411,22 +411,21 @@ class ClientSocket:
 
     def unread_bytes(self) -> int | None:
         """Bytes the client has sent that the kernel holds unread (FIONREAD); None where it does not say."""
-        try:
-            answer = fcntl.ioctl(self.sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
-        except (OSError, ValueError, AttributeError):
-            return None
-        unread: int = struct.unpack("i", answer)[0]
-        return unread
+        return self._kernel_count(termios.FIONREAD)
 
     def _queued(self) -> int | None:
         """Bytes of answers in the kernel's queue for this connection, sent or not but not yet acknowledged
         by the client (SIOCOUTQ); None where the kernel does not say."""
+        return self._kernel_count(termios.TIOCOUTQ)
+
+    def _kernel_count(self, request: int) -> int | None:
+        """The count the kernel gives for this socket's ``request`` (an ioctl); None where it does not."""
         try:
-            answer = fcntl.ioctl(self.sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+            answer = fcntl.ioctl(self.sock.fileno(), request, b"\0\0\0\0")
         except (OSError, ValueError, AttributeError):
             return None
-        queued: int = struct.unpack("i", answer)[0]
-        return queued
+        count: int = struct.unpack("i", answer)[0]
+        return count
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.sock, name)  # everything else is the socket's own
