@@ -267,7 +267,10 @@ def streamed_answer(report: Report, env: dict[str, str]) -> None:
     worker (so that every probe shares that worker's loop): each probe within 1 s (before the loop looked
     for other connections between pieces, 1.8 s)."""
     answered_elsewhere = set(report.app_answered)
-    with serving(env=env, workers=1) as server:
+    # Its own metrics directory: a server empties the one it is given as it starts, and the legacy attacks'
+    # server, still running, would lose its samples (the scrapes after this read 22 KB instead of 0.9 MB).
+    own = {name: value for name, value in env.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
+    with serving(env=own, workers=1) as server:
         _streamed_answer(Attack(server, report))
         time.sleep(1.0)  # the last log lines are flushed
         logged = {
