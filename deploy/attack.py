@@ -297,14 +297,7 @@ def _streamed_answer(attack: Attack) -> None:
     raw = f"{post_head('/v1/attention', len(body))}\r\n\r\n".encode() + body
     reader = threading.Thread(target=lambda: answers.append(exchange(attack.server.port, raw, timeout=60)))
     reader.start()
-    worst, probes, until = 0.0, 0, time.monotonic() + SCRAPES_SECONDS
-    while (reader.is_alive() or probes < SCRAPE_PROBES) and time.monotonic() < until:
-        started = time.monotonic()
-        attack.send("probe-during-streamed-answer", "GET /livez HTTP/1.1\r\nHost: attack", expect={200})
-        worst = max(worst, time.monotonic() - started)
-        probes += 1
-        time.sleep(0.02)
-    reader.join(max(0.0, until - time.monotonic()))
+    worst, probes = probe_livez_during(attack, "probe-during-streamed-answer", [reader], every=0.02)
     answer = answers[0] if answers else None
     size = len(answer.body) if answer else -1
     attack.report.notes.append(
@@ -409,6 +402,24 @@ SCRAPE_PROBES = 5  # /livez probes while they run (at least; until the last is a
 SCRAPES_SECONDS = 60.0  # the longest the reads are waited for
 
 
+def probe_livez_during(
+    attack: Attack, kind: str, threads: list[threading.Thread], *, every: float
+) -> tuple[float, int]:
+    """Probe ``/livez`` every ``every`` seconds until ``threads`` have ended (at least :data:`SCRAPE_PROBES`
+    times, for at most :data:`SCRAPES_SECONDS`: a loop held by requests one after the other is held that
+    long), then join them; the slowest probe's seconds and how many were sent."""
+    worst, probes, until = 0.0, 0, time.monotonic() + SCRAPES_SECONDS
+    while probes < SCRAPE_PROBES or (any(t.is_alive() for t in threads) and time.monotonic() < until):
+        started = time.monotonic()
+        attack.send(kind, "GET /livez HTTP/1.1\r\nHost: attack", expect={200})
+        worst = max(worst, time.monotonic() - started)
+        probes += 1
+        time.sleep(every)
+    for thread in threads:
+        thread.join(max(0.0, until - time.monotonic()))
+    return worst, probes
+
+
 def concurrent_scrapes(attack: Attack) -> None:
     """Every route with every routed method (about 1 MB of /metrics: the largest the finite labels allow),
     then :data:`SCRAPES` reads at once of each of :data:`SCRAPED` (the metrics, and the /v2 statistics read
@@ -432,19 +443,7 @@ def concurrent_scrapes(attack: Attack) -> None:
         scrapes = [threading.Thread(target=read) for _ in range(SCRAPES)]
         for thread in scrapes:
             thread.start()
-        worst = 0.0
-        probes = 0
-        until = time.monotonic() + SCRAPES_SECONDS
-        # Probed until every read is answered (at least SCRAPE_PROBES times): a loop held by the builds one
-        # after the other is held that long.
-        while probes < SCRAPE_PROBES or (any(t.is_alive() for t in scrapes) and time.monotonic() < until):
-            started = time.monotonic()
-            attack.send("probe-during-scrapes", "GET /livez HTTP/1.1\r\nHost: attack", expect={200})
-            worst = max(worst, time.monotonic() - started)
-            probes += 1
-            time.sleep(0.05)
-        for thread in scrapes:
-            thread.join(max(0.0, until - time.monotonic()))
+        worst, probes = probe_livez_during(attack, "probe-during-scrapes", scrapes, every=0.05)
         failed = [
             answer.status if answer else None for answer in answers if answer is None or answer.status != 200
         ]

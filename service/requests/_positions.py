@@ -70,6 +70,7 @@ class PositionalEncodingRequest:
     include: frozenset[PositionalOutput] = frozenset()
     precision: Precision = "float64"
     rows: int = field(init=False, repr=False)  # n: how many positions
+    largest_position: int = field(init=False, repr=False)  # the largest |position|
 
     def __post_init__(self) -> None:
         check_arrays(self, self.ARRAYS)
@@ -78,12 +79,14 @@ class PositionalEncodingRequest:
         set_(self, "base", number(self.base, field="base", allowed=self.BASE))
         set_(self, "include", names(self.include, PositionalOutput, field="include"))
         set_(self, "precision", choice(self.precision, Precision, field="precision"))
-        if self.positions is not None and np.abs(self.positions).max() > MAX_POSITION:
+        largest = None if self.positions is None else int(np.abs(self.positions).max())
+        if largest is not None and largest > MAX_POSITION:
             raise RequestError("positions must be within ±2^53", field="positions")
         if self.kind == "sinusoidal":
             self._check_sinusoidal()
         else:
             self._check_rotary()
+        set_(self, "largest_position", self.rows - 1 if largest is None else largest)
 
     def _check_sinusoidal(self) -> None:
         for name in ("x", "dim", "style"):
@@ -154,8 +157,7 @@ class PositionalEncodingRequest:
 
     def _entry_cost(self) -> int:
         """Reference scores per table entry: more when the angles are large (see :data:`SLOW_ANGLE`)."""
-        largest = self.rows - 1 if self.positions is None else int(np.abs(self.positions).max())
-        return TABLE_COST * (SLOW_ANGLE_COST if largest >= SLOW_ANGLE else 1)
+        return TABLE_COST * (SLOW_ANGLE_COST if self.largest_position >= SLOW_ANGLE else 1)
 
     @staticmethod
     def _compute_bound(computed: int) -> Bound:
