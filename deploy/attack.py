@@ -22,10 +22,10 @@ carries the request's ``X-Request-ID``) without its JSON log line, and any attac
 
 Then the overload scenarios of issue #18 (deploy/overload.py), each against a server of its own: ``heavy``,
 ``resend``, ``crowd-lies``, ``crowd-silent``, ``uploads``, ``expect``, ``gzip-members``, ``tiny-chunks``,
-``unread-answers``, and ``crowd-tls`` (``crowd-silent`` against the server serving TLS itself, with the test
-certificate of deploy/test-tls). ``--only NAME ...`` runs some attacks
-alone (``python -m deploy.attack --only heavy``), ``--skip NAME ...`` leaves some out; ``--short`` is CI's
-form (shorter holds, fewer lying connections, two endpoints for ``heavy``); each count and hold has a flag.
+``unread-answers``, ``slow-readers`` and ``crowd-tls`` (``crowd-silent`` against the server serving TLS
+itself, with the test certificate of deploy/test-tls). ``--only NAME ...`` runs some attacks alone
+(``python -m deploy.attack --only heavy``), ``--skip NAME ...`` leaves some out; ``--short`` is CI's form
+(shorter holds, fewer lying connections, two endpoints for ``heavy``); each count and hold has a flag.
 """
 
 from __future__ import annotations
@@ -492,6 +492,7 @@ LEGACY = ("flood", "amplification", "streamed", "lies", "chunked", "encodings", 
 OVERLOAD = (
     *("heavy", "resend", "crowd-lies", "crowd-silent", "uploads", "expect"),
     *("gzip-members", "tiny-chunks", "unread-answers"),  # the attack pass after admission control
+    "slow-readers",  # answers read steadily below ANSWER_MIN_BYTES_PER_SECOND
     "crowd-tls",  # crowd-silent against TLS served by gunicorn itself
 )
 # The issue's figures (the full form) and CI's short form of the overload scenarios.
@@ -590,7 +591,7 @@ def legacy_attacks(args: argparse.Namespace, env: dict[str, str], report: Report
 def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) -> list[overload.Verdict]:
     """One scenario of issue #18 against a server of its own (started the default way; the latest round's
     with one worker, so that every probe shares the attacked worker's loop)."""
-    workers = 1 if name in ("gzip-members", "tiny-chunks", "unread-answers") else None
+    workers = 1 if name in ("gzip-members", "tiny-chunks", "unread-answers", "slow-readers") else None
     limit = args.address_space or None
     tls = TEST_TLS if name == "crowd-tls" else None
     server = start(
@@ -616,6 +617,8 @@ def overload_scenario(name: str, args: argparse.Namespace, env: dict[str, str]) 
             verdicts = [overload.gzip_members(server)]
         elif name == "tiny-chunks":
             verdicts = [overload.tiny_chunks(server)]
+        elif name == "slow-readers":
+            verdicts = [overload.slow_readers(server)]
         else:
             verdicts = [overload.unread_answers(server)]
     finally:

@@ -29,6 +29,8 @@ shares the attacked loop) with ``/livez`` probed throughout (pass: every probe w
 - **unread-answers**: three clients that ask for a 10 MB answer and never read it. Pass: each request ends
   (its answer cut, or refused with a 503 while the others' answers hold the memory) within two
   ``ANSWER_TIMEOUT_SECONDS`` (10) + 10 s, and the same large request, read, is answered 200 afterwards.
+- **slow-readers**: three clients that ask for the same answer and read 16 KiB of it a second (never
+  stalled; without a minimum rate, 10 minutes each). Pass: the same bound, and the same 200 afterwards.
 
 And one found since, when gunicorn serves TLS itself (``--certfile``/``--keyfile``):
 
@@ -834,27 +836,47 @@ def tiny_chunks(server: Server) -> Verdict:
 
 UNREAD_LOGITS = 2_000_000  # a body of 8 MB, an answer of about 10 MB
 ANSWER_TIMEOUT_SECONDS = 10.0  # the default
+SLOW_READ_BYTES = 16 * 1024  # what a slow reader takes each second: a step at every wait, never stalled
 
 
-def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
-    verdict = Verdict("unread-answers")
-    workers = Workers(server)
+LoggedLines = Callable[[], dict[str, dict[str, object]]]
+
+
+def _large_answers(server: Server, ids: list[str]) -> tuple[bytes, Callable[[str], bytes], LoggedLines]:
+    """The softmax body of a 10 MB answer, the request to send it with one of ``ids``, and the access lines
+    of those requests logged so far (by id). A request ends when its answer has been cut (a streamed
+    answer's access line is written then), or refused with a small 503 (the memory budget is held by the
+    others' answers); reading a socket to see whether it was closed would feed its answer."""
     body = b'{"logits":[' + b"0.1," * (UNREAD_LOGITS - 1) + b"0.1]}"
     head = (
         b"POST /v1/softmax HTTP/1.1\r\nHost: attack\r\nContent-Type: application/json\r\n"
         b"X-Request-ID: %s\r\nContent-Length: %d\r\n\r\n"
     )
-    ids = [f"unread-{number}-{time.monotonic_ns()}" for number in range(clients)]
-    # A request ends when its answer has been cut (a streamed answer's access line is written then), or
-    # refused with a small 503 (the memory budget is held by the others' answers). Reading a socket to see
-    # whether it was closed would feed its answer, so the server's access lines are what count. One may
-    # start once another's has been cut: about two timeouts in.
-    bound = 2 * ANSWER_TIMEOUT_SECONDS + 10.0
+
+    def request(request_id: str) -> bytes:
+        return head % (request_id.encode(), len(body)) + body
 
     def ended() -> dict[str, dict[str, object]]:
         lines = (json.loads(line) for line in list(server.stdout) if line.startswith("{"))
         return {str(line["request_id"]): line for line in lines if line.get("request_id") in ids}
 
+    return body, request, ended
+
+
+def _cut_for_reading(line: str) -> bool:
+    """Whether a line of the server's log says it cut an answer: its client took none of it for
+    ANSWER_TIMEOUT_SECONDS, or fell behind ANSWER_MIN_BYTES_PER_SECOND (for one that reads nothing,
+    whichever comes first)."""
+    return "took none of its answer" in line or "took its answer slower than" in line
+
+
+def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
+    verdict = Verdict("unread-answers")
+    workers = Workers(server)
+    ids = [f"unread-{number}-{time.monotonic_ns()}" for number in range(clients)]
+    body, request, ended = _large_answers(server, ids)
+    # One may start once another's has been cut: about two timeouts in.
+    bound = 2 * ANSWER_TIMEOUT_SECONDS + 10.0
     started = time.monotonic()
     with Prober(server.port, "GET", "/livez", None, interval=0.5, timeout=PATIENCE_SECONDS) as probes:
         sockets = []
@@ -865,12 +887,12 @@ def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # and never read
                 sock.settimeout(PATIENCE_SECONDS)
                 sock.connect(("127.0.0.1", server.port))
-                sock.sendall(head % (request_id.encode(), len(body)) + body)
+                sock.sendall(request(request_id))
             while len(ended()) < clients and time.monotonic() - started < bound:
                 time.sleep(0.2)
             seconds = time.monotonic() - started
             lines = ended()  # before the clients close: then every answer ends
-            cut = sum("took none of its answer" in line for line in server.stderr)
+            cut = sum(_cut_for_reading(line) for line in server.stderr)
         finally:
             for sock in sockets:
                 sock.close()
@@ -886,6 +908,70 @@ def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
     verdict.summary = (
         f"{len(lines)} of {clients} unread requests ended within {seconds:.1f} s ({cut} answers cut, "
         f"statuses {dict(statuses)}); the same request read afterwards: {outcome(read)}; /livez "
+        f"{tally(probes.replies)}, worst {worst(probes.replies):.2f} s; {killed}"
+    )
+    return verdict
+
+
+def slow_readers(server: Server, *, clients: int = 3) -> Verdict:
+    """Three clients ask for the 10 MB answer and read 16 KiB of it a second: a step within every
+    ANSWER_TIMEOUT_SECONDS, so never stalled, and without a minimum rate each held its answer's share of the
+    memory budget for 10 minutes (a 192 MiB answer: four hours). Pass: each request ends within the same
+    bound as unread-answers (cut once behind ANSWER_MIN_BYTES_PER_SECOND, 256 KiB a second after the
+    timeout's grace: about 12 s in), and the same request read at once is answered 200 afterwards."""
+    verdict = Verdict("slow-readers")
+    workers = Workers(server)
+    ids = [f"slow-reader-{number}-{time.monotonic_ns()}" for number in range(clients)]
+    body, request, ended = _large_answers(server, ids)
+    bound = 2 * ANSWER_TIMEOUT_SECONDS + 10.0
+    taken = [0] * clients
+    stop = threading.Event()
+
+    def read_slowly(number: int) -> None:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.settimeout(PATIENCE_SECONDS)
+            sock.connect(("127.0.0.1", server.port))
+            sock.sendall(request(ids[number]))
+            sock.settimeout(1.0)  # a 503 keeps its connection open: the reader looks at ``stop`` every second
+            with contextlib.suppress(ConnectionError):  # reset once cut
+                while not stop.wait(1 / 16):
+                    try:
+                        chunk = sock.recv(SLOW_READ_BYTES // 16)
+                    except TimeoutError:
+                        continue
+                    if not chunk:
+                        break
+                    taken[number] += len(chunk)
+
+    started = time.monotonic()
+    with Prober(server.port, "GET", "/livez", None, interval=0.5, timeout=PATIENCE_SECONDS) as probes:
+        readers = [threading.Thread(target=read_slowly, args=(number,)) for number in range(clients)]
+        for reader in readers:
+            reader.start()
+        try:
+            while len(ended()) < clients and time.monotonic() - started < bound:
+                time.sleep(0.2)
+            seconds = time.monotonic() - started
+            lines = ended()
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join(timeout=PATIENCE_SECONDS)
+        cut = sum(_cut_for_reading(line) for line in server.stderr)
+        read = fresh(server.port, "POST", "/v1/softmax", body, timeout=PATIENCE_SECONDS)
+    if len(lines) < clients:
+        verdict.fail(f"{clients - len(lines)} of {clients} slowly read answers still held after {bound:g} s")
+    if read.status != 200:
+        verdict.fail(f"the same request, read, got {outcome(read)} afterwards")
+    _judge_livez(verdict, probes.replies)
+    killed = workers.judge(verdict)
+    statuses = Counter(str(line["status"]) for line in lines.values())
+    verdict.seconds = time.monotonic() - started
+    verdict.summary = (
+        f"{len(lines)} of {clients} slowly read requests ended within {seconds:.1f} s ({cut} answers cut, "
+        f"having taken {', '.join(f'{count / 1024:.0f}' for count in taken)} KiB; statuses "
+        f"{dict(statuses)}); the same request read afterwards: {outcome(read)}; /livez "
         f"{tally(probes.replies)}, worst {worst(probes.replies):.2f} s; {killed}"
     )
     return verdict

@@ -5,7 +5,8 @@ The attackers, each bounded in count and time:
 - **idle**: connections that are opened and never send a byte;
 - **slowloris**: connections that send a request head one header line every few seconds, never finishing it;
 - **slow readers**: clients that ask for a large answer (a 512 × 512 attention with its weights, about 6 MB)
-  with a small receive buffer, and then read it 1 KiB a second.
+  with a small receive buffer, and then read it 1 KiB a second. The server may cut them short once they
+  fall behind ``ANSWER_MIN_BYTES_PER_SECOND`` (about 12 s in): that is its right, as closing the others is.
 
 While they are held open, a probe asks ``GET /livez`` (bound 1 s) and a well-behaved client sends the
 worked example ``POST /v1/attention`` (bound 2 s), each on a fresh connection, every ``interval`` seconds.
@@ -102,6 +103,7 @@ class Attackers:
         self.stopping = threading.Event()
         self.sockets: list[socket.socket] = []
         self.read_bytes = 0
+        self.readers_cut = 0  # slow readers whose answer the server cut short (reset)
         self.errors: list[str] = []
         for _ in range(idle + slowloris):
             self.sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
@@ -145,6 +147,8 @@ class Attackers:
                     return
                 self.read_bytes += len(chunk)
                 self.stopping.wait(1.0)
+        except ConnectionResetError:
+            self.readers_cut += 1  # too slow for ANSWER_MIN_BYTES_PER_SECOND: the server's right
         except OSError as error:
             self.errors.append(f"slow reader: {type(error).__name__}: {error}")
         finally:

@@ -126,6 +126,7 @@ class Settings:
     body_timeout_seconds: float = _setting(10.0, _positive_seconds)
     body_min_bytes_per_second: int = _setting(256 * 1024, _positive_int)
     answer_timeout_seconds: float = _setting(10.0, _positive_seconds)
+    answer_min_bytes_per_second: int = _setting(256 * 1024, _positive_int)
     cors_origins: tuple[str, ...] = _setting(("*",), _origins)
     cors_max_age: int = _setting(600, _positive_int)
     api_keys: tuple[str, ...] = _setting((), _keys, secret=True)
@@ -164,6 +165,7 @@ class Settings:
             "BODY_TIMEOUT_SECONDS": self.body_timeout_seconds,
             "BODY_MIN_BYTES_PER_SECOND": self.body_min_bytes_per_second,
             "ANSWER_TIMEOUT_SECONDS": self.answer_timeout_seconds,
+            "ANSWER_MIN_BYTES_PER_SECOND": self.answer_min_bytes_per_second,
             "CORS_ORIGINS": list(self.cors_origins),
             "CORS_MAX_AGE": self.cors_max_age,
             "API_KEYS": [*self.api_keys, *self.api_keys_file],

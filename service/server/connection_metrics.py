@@ -25,6 +25,7 @@ CloseReason = Literal[
     "head_timeout",  # HEADER_TIMEOUT_SECONDS
     "crowded",  # closed to make room
     "answer_stalled",  # ANSWER_TIMEOUT_SECONDS
+    "answer_too_slow",  # ANSWER_MIN_BYTES_PER_SECOND
     "stopping",
     "tls_handshake_timeout",
     "tls_handshake_failed",

@@ -8,8 +8,9 @@ worker. What it lacks, and this subclass adds through the worker's public method
   keep-alive time for both, and none at all when keep-alive is off: then every answer closes its connection
   here instead). Under TLS the handshake has a deadline of ``HEADER_TIMEOUT_SECONDS`` before the first head's
   (service/server/tls.py): gevent's server would do it before the worker sees the connection, with none.
-- **A deadline for answers.** A client that takes none of its answer for ``ANSWER_TIMEOUT_SECONDS`` is
-  disconnected (:class:`ClientSocket`), so the answer's share of the memory budget comes back.
+- **A deadline for answers.** A client that takes none of its answer for ``ANSWER_TIMEOUT_SECONDS``, or
+  that takes it slower than ``ANSWER_MIN_BYTES_PER_SECOND`` after that much grace, is disconnected
+  (:class:`ClientSocket`), so the answer's share of the memory budget comes back.
 - **A bounded request head.** A head that has not ended after :data:`MAX_HEAD_BYTES` (nginx's default, four
   buffers of 8 KiB) is a ``431`` (:class:`ClientSocket`): gunicorn allows 100 fields of 8,190 bytes, and its
   parser scans the whole head again after each 8 KiB read, so 60 connections with 785 KB heads cost the
@@ -64,7 +65,7 @@ import termios
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import gevent
 import gevent.monkey
@@ -76,7 +77,7 @@ from gunicorn.workers.ggevent import GeventWorker
 from service.server import tls
 from service.server.connection_metrics import CloseReason, connection_metrics
 from service.server.problems import write_problem
-from service.web.admission import Admission, admission_of
+from service.web.admission import Admission, AdmissionLimits, admission_of
 from service.web.connection import (
     WaitEnd,
     on_bytes_received,
@@ -100,6 +101,9 @@ UNSENT_BYTES = 128 * 1024
 # A send that waits ANSWER_TIMEOUT_SECONDS while its client takes some of the answer waits again, this many
 # times at most (a client reading a few bytes per timeout cannot hold an answer for ever).
 MOST_ANSWER_WAITS = 30
+# Why an answer was cut short: its client took none of it for ANSWER_TIMEOUT_SECONDS ("stalled"), or took it
+# slower than ANSWER_MIN_BYTES_PER_SECOND ("too_slow").
+StallKind = Literal["stalled", "too_slow"]
 LINGER_READ_BYTES = 64 * 1024
 # What a request head may take, its request line included (as nginx's large_client_header_buffers 4 8k): one
 # that has not ended after it is refused with a 431 (ClientSocket.recv). One that ends in the read that
@@ -256,8 +260,9 @@ class ClientSocket:
     """A client's socket as this worker serves it: it counts the bytes received, for
     :func:`~service.web.connection.bytes_received` (the app compares them with a chunked body's bytes to
     refuse one whose framing costs more than its data), gives up on a client that takes none of its
-    answer for ``answer_timeout`` seconds (as nginx's ``send_timeout``): gevent's ``sendall`` waits for ever,
-    and the answer holds its share of the worker's memory budget until it has been sent, and sends a
+    answer for ``answer_timeout`` seconds (as nginx's ``send_timeout``) or falls behind ``answer_min_rate``
+    after that much grace: gevent's ``sendall`` waits for ever, and the answer holds its share of the
+    worker's memory budget until it has been sent, and sends a
     ``100 Continue`` only when the app reads the body it invites.
 
     gunicorn sends the 100 as soon as it has parsed a head with ``Expect: 100-continue``, before the app
@@ -274,8 +279,9 @@ class ClientSocket:
         sock: Any,
         *,
         answer_timeout: float | None,
-        on_stalled: Callable[[], None],
+        on_stalled: Callable[[StallKind], None],
         accepted: float | None = None,
+        answer_min_rate: float | None = None,
     ) -> None:
         self.sock = sock
         self.accepted = time.monotonic() if accepted is None else accepted  # its connection's, monotonic
@@ -292,6 +298,12 @@ class ClientSocket:
         self._continue_due = False  # a 100 Continue held back until the app reads the body (see send)
         self._answer_timeout = answer_timeout
         self._on_stalled = on_stalled
+        # The answer's k-th byte is due answer_timeout + k / answer_min_rate seconds after its first was
+        # handed to the kernel (None: no such bound): a client reading a step per timeout is not stalled,
+        # but at 13 KiB a second it would hold a 192 MiB answer's share of the memory budget for four hours.
+        self._answer_min_rate = answer_min_rate
+        self._answer_started: float | None = None  # when the answer being sent began (monotonic)
+        self._answer_bytes = 0  # of it, handed to the kernel so far
         if answer_timeout is not None:
             # Linux calls a socket writable again only once a third of its send buffer is free (up to 4 MiB
             # on loopback): a client reading 64 KiB a second left a send waiting 20 s. With at most this much
@@ -331,19 +343,34 @@ class ClientSocket:
             self.sock.sendall(data)
             return
         view = memoryview(data).cast("B")
+        if self._answer_started is None and not _interim(data):
+            self._answer_started, self._answer_bytes = time.monotonic(), 0
         try:
             sent = self.sock.send(view, 0, 0.0)  # at once, without waiting: it all fits, nearly always
         except BlockingIOError:
             sent = 0
+        self._answer_bytes += sent
         while sent < len(view):
-            sent += self._send_in_time(view[sent:], self._answer_timeout)
+            more = self._send_in_time(view[sent:], self._answer_timeout)
+            sent += more
+            self._answer_bytes += more
+
+    def _next_byte_due(self) -> float:
+        """By when (monotonic) the answer's next byte must be handed to the kernel: ``inf`` without a rate."""
+        if self._answer_min_rate is None or self._answer_started is None or self._answer_timeout is None:
+            return math.inf
+        return self._answer_started + self._answer_timeout + (self._answer_bytes + 1) / self._answer_min_rate
 
     def _send_in_time(self, view: memoryview, seconds: float) -> int:
         """Some of ``view``, once the client has taken enough of what was sent before to make room; cut when
-        it has taken none of it (its queue in the kernel no shorter) for ``seconds``."""
+        it has taken none of it (its queue in the kernel no shorter) for ``seconds``, or when the answer has
+        fallen behind its minimum rate (:meth:`_next_byte_due`)."""
+        due = self._next_byte_due()
+        kind: StallKind = "stalled"
         for _ in range(MOST_ANSWER_WAITS):
             queued = self._queued()
-            timer = gevent.Timeout(seconds)
+            left = due - time.monotonic()
+            timer = gevent.Timeout(max(0.0, min(seconds, left)))
             try:
                 with timer:
                     sent: int = self.sock.send(view)
@@ -351,13 +378,22 @@ class ClientSocket:
             except gevent.Timeout as fired:
                 if fired is not timer:
                     raise
+            if left <= seconds:
+                kind = "too_slow"
+                break
             still = self._queued()
             if queued is None or still is None or still >= queued:
                 break  # nothing taken: the client stopped reading
             # It is reading, only slower than the kernel's wake-up needs (the room it waits for): wait on.
-        self._on_stalled()
+        self._on_stalled(kind)
         # gunicorn closes the connection quietly, as for a client gone; the answer is closed
-        stalled = f"the client took none of its answer for {seconds:g} s"
+        if kind == "too_slow":
+            stalled = (
+                f"the client took its answer slower than {self._answer_min_rate:,.0f} bytes a second "
+                f"({self._answer_bytes:,} bytes in {time.monotonic() - (self._answer_started or 0.0):.1f} s)"
+            )
+        else:
+            stalled = f"the client took none of its answer for {seconds:g} s"
         raise BrokenPipeError(errno.EPIPE, stalled) from None
 
     def _refuse_head(self) -> NoReturn:
@@ -379,6 +415,7 @@ class ClientSocket:
         """The request being served has been answered; the next one on this connection starts after it."""
         self.received_before_request = self.bytes_received - self._last_read
         self._head_from = self.bytes_received
+        self._answer_started = None  # the next answer's clock starts at its first byte
 
     def client_left(self) -> bool:
         """Whether the client has given up on the request being served, whose body is not read yet: it reset
@@ -751,10 +788,15 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                 client = self._secured(client, self.tls_context, addr)
                 if client is None:
                     return
-            answer_timeout = None if self.admission is None else self.admission.limits.answer_timeout_seconds
-            stalled = functools.partial(self._on_stalled_reader, addr, answer_timeout)
+            limits = None if self.admission is None else self.admission.limits
+            answer_timeout = None if limits is None else limits.answer_timeout_seconds
+            stalled = functools.partial(self._on_stalled_reader, addr, limits)
             client_socket = ClientSocket(
-                client, answer_timeout=answer_timeout, on_stalled=stalled, accepted=accepted
+                client,
+                answer_timeout=answer_timeout,
+                on_stalled=stalled,
+                accepted=accepted,
+                answer_min_rate=None if limits is None else limits.answer_min_bytes_per_second,
             )
             self.client_sockets[gevent.getcurrent()] = client_socket
             super().handle(listener, client_socket, addr)
@@ -850,11 +892,20 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
     def _count_close(reason: CloseReason) -> None:
         connection_metrics().count_close(reason)
 
-    def _on_stalled_reader(self, addr: Any, seconds: float | None) -> None:
+    def _on_stalled_reader(self, addr: Any, limits: AdmissionLimits | None, kind: StallKind) -> None:
+        if kind == "too_slow":
+            self._count_close("answer_too_slow")
+            self.log.warning(
+                "closed the connection from %s: its client took its answer slower than %s bytes a second "
+                "(ANSWER_MIN_BYTES_PER_SECOND, after ANSWER_TIMEOUT_SECONDS of grace)",
+                addr,
+                None if limits is None else limits.answer_min_bytes_per_second,
+            )
+            return
         self._count_close("answer_stalled")
         self.log.warning(
             "closed the connection from %s: its client took none of its answer for %s s "
             "(ANSWER_TIMEOUT_SECONDS)",
             addr,
-            seconds,
+            None if limits is None else limits.answer_timeout_seconds,
         )

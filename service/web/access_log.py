@@ -96,7 +96,8 @@ def _declared_length(request: Request, fields: dict[str, Any]) -> None:
 class _CountedBody:
     """A streamed answer's iterable that writes the access line once the server is done with it: the bytes
     the server took (a piece counts once the server asks for the next one, or ends), and ``cut_short`` when
-    it stopped before the last piece (a client gone, or one that stopped reading: ANSWER_TIMEOUT_SECONDS)."""
+    it stopped before the last piece (a client gone, or one that stopped reading or read too slowly:
+    ANSWER_TIMEOUT_SECONDS, ANSWER_MIN_BYTES_PER_SECOND)."""
 
     def __init__(
         self, pieces: Iterable[bytes] | Iterable[str], fields: dict[str, Any], started: float

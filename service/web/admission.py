@@ -143,6 +143,7 @@ class AdmissionLimits:
     body_min_bytes_per_second: int
     header_timeout_seconds: float
     answer_timeout_seconds: float = 10.0
+    answer_min_bytes_per_second: int = 256 * 1024
 
     def __post_init__(self) -> None:
         uploads_may_hold = int(UPLOAD_SHARE * self.memory_budget_bytes)
@@ -169,6 +170,7 @@ class AdmissionLimits:
             body_min_bytes_per_second=int(config["BODY_MIN_BYTES_PER_SECOND"]),
             header_timeout_seconds=float(config["HEADER_TIMEOUT_SECONDS"]),
             answer_timeout_seconds=float(config["ANSWER_TIMEOUT_SECONDS"]),
+            answer_min_bytes_per_second=int(config["ANSWER_MIN_BYTES_PER_SECOND"]),
         )
 
 

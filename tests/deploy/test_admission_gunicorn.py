@@ -461,7 +461,9 @@ def test_a_client_that_stops_reading_its_answer_is_disconnected() -> None:
         b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n"
     )
-    with serving(env={"ANSWER_TIMEOUT_SECONDS": "1"}, workers=1) as running:
+    # The answers' minimum rate set out of the way: it would cut this client too, whichever came first.
+    env = {"ANSWER_TIMEOUT_SECONDS": "1", "ANSWER_MIN_BYTES_PER_SECOND": "1024"}
+    with serving(env=env, workers=1) as running:
         with socket.create_connection(("127.0.0.1", running.port), timeout=30) as sock:
             sock.sendall(head % len(body) + body)
             first, rest = read_answer(sock)  # a client that reads: all of it
@@ -501,7 +503,9 @@ def test_a_client_reading_its_answer_steadily_gets_all_of_it() -> None:
     logits = 2_000_000  # an answer of about 10 MB
     body = b'{"logits":[' + b"0.1," * (logits - 1) + b"0.1]}"
     rate = 64 * 1024  # bytes a second
-    with serving(env={"ANSWER_TIMEOUT_SECONDS": "3"}, workers=1) as running:
+    # (Under the answers' minimum rate, which a later test checks: here the waits alone are the point.)
+    env = {"ANSWER_TIMEOUT_SECONDS": "3", "ANSWER_MIN_BYTES_PER_SECOND": "16384"}
+    with serving(env=env, workers=1) as running:
         connection = http.client.HTTPConnection("127.0.0.1", running.port, timeout=30)
         try:
             connection.request("POST", "/v1/softmax", body=body, headers={"Content-Type": "application/json"})
@@ -520,6 +524,43 @@ def test_a_client_reading_its_answer_steadily_gets_all_of_it() -> None:
         assert len(probabilities) == logits
         assert probabilities[0] == pytest.approx(1 / logits, rel=1e-12)
         assert not running.stderr_contains("took none of its answer")
+
+
+def test_a_client_reading_its_answer_slower_than_the_minimum_rate_is_disconnected() -> None:
+    """A client that takes a step of its answer within every ANSWER_TIMEOUT_SECONDS is never stalled, and at
+    13 KiB a second (a step per 10 s on loopback) it held a 192 MiB answer's share of the memory budget for
+    four hours. After the timeout's grace the answer must keep up with ANSWER_MIN_BYTES_PER_SECOND, as a body
+    must with BODY_MIN_BYTES_PER_SECOND: here 1 MiB a second against a reader of 128 KiB a second, which is
+    cut within seconds, having taken part of the answer."""
+    logits = 2_000_000  # an answer of about 10 MB
+    body = b'{"logits":[' + b"0.1," * (logits - 1) + b"0.1]}"
+    head = (
+        b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n"
+    )
+    env = {"ANSWER_TIMEOUT_SECONDS": "1", "ANSWER_MIN_BYTES_PER_SECOND": str(1024 * 1024)}
+    with serving(env=env, workers=1) as running:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+            sock.settimeout(30)
+            sock.connect(("127.0.0.1", running.port))
+            sock.sendall(head % len(body) + body)
+            taken = 0
+            started = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):
+                while time.monotonic() - started < 30:  # 128 KiB a second: 16 KiB every 1/8 s
+                    chunk = sock.recv(16384)
+                    if not chunk:
+                        break
+                    taken += len(chunk)
+                    time.sleep(0.125)
+            seconds = time.monotonic() - started
+        assert 0 < taken < 8_000_000  # cut: the whole answer is over 10 MB
+        assert seconds < 15
+        assert running.wait_for(lambda: running.stderr_contains("slower than"), "the warning") is not False
+        assert not running.stderr_contains("took none of its answer")
+        assert running.sample('attention_connections_closed_by_server_total{reason="answer_too_slow"}') == 1
+        assert httpx.get(running.url("/livez"), timeout=10).status_code == 200
 
 
 def test_clients_sharing_one_worker_wait_for_memory_rather_than_being_refused() -> None:

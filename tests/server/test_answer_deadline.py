@@ -1,6 +1,7 @@
 """``ClientSocket`` cuts a client that takes none of its answer for ``answer_timeout`` seconds, and only such
 a client: a send that waits that long while the client took some of what was queued waits again, up to
-``MOST_ANSWER_WAITS`` times.
+``MOST_ANSWER_WAITS`` times. With a minimum rate it also cuts a client that keeps reading, but slower than
+that rate once the timeout's grace is over.
 
 A Unix socket pair under gevent, which makes the timing exact where TCP's is not: a send waits until the
 queue is down to a quarter of the send buffer, and the reader frees the queue a message (about 37 KB) at a
@@ -30,12 +31,14 @@ SEND_BUFFER = 212_992  # Linux's default maximum; the kernel doubles it
 
 
 @contextmanager
-def answering(read_every: float | None) -> Iterator[tuple[ClientSocket, list[int], bytearray]]:
-    """The server's end as the worker wraps it (the count of its stalled cuts beside it), while a reader
-    takes READ bytes every ``read_every`` seconds (None: it never reads) into the bytearray."""
+def answering(
+    read_every: float | None, *, min_rate: float | None = None
+) -> Iterator[tuple[ClientSocket, list[str], bytearray]]:
+    """The server's end as the worker wraps it (its cuts, by kind, beside it), while a reader takes READ
+    bytes every ``read_every`` seconds (None: it never reads) into the bytearray."""
     client, server = gevent.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
-    stalled: list[int] = []
+    stalled: list[str] = []
     received = bytearray()
 
     def read(every: float) -> None:
@@ -44,7 +47,7 @@ def answering(read_every: float | None) -> Iterator[tuple[ClientSocket, list[int
             gevent.sleep(every)
 
     reader = None if read_every is None else gevent.spawn(read, read_every)
-    served = ClientSocket(server, answer_timeout=TIMEOUT, on_stalled=lambda: stalled.append(1))
+    served = ClientSocket(server, answer_timeout=TIMEOUT, on_stalled=stalled.append, answer_min_rate=min_rate)
     try:
         yield served, stalled, received
     finally:
@@ -72,7 +75,7 @@ def test_the_waits_are_needed_and_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     ):
         served.sendall(ANSWER)
     assert 0 < len(received) < len(ANSWER)
-    assert stalled == [1]
+    assert stalled == ["stalled"]
 
 
 def test_a_client_that_reads_nothing_is_cut_once() -> None:
@@ -82,4 +85,41 @@ def test_a_client_that_reads_nothing_is_cut_once() -> None:
     ):
         served.sendall(ANSWER)
     assert received == bytearray()
-    assert stalled == [1]
+    assert stalled == ["stalled"]
+
+
+def test_a_client_reading_slower_than_the_minimum_rate_is_cut_when_it_falls_behind() -> None:
+    """The reader takes about 650 KiB a second, a step at every wait, so it is never stalled: against a
+    minimum of 2 MiB a second, its answer's next byte falls due (the timeout's grace, then a byte per
+    1/rate second) about 0.45 s in, while its send waits for room, and it is cut then."""
+    rate = 2 * 1024 * 1024
+    with (
+        answering(read_every=0.006, min_rate=rate) as (served, stalled, received),
+        pytest.raises(BrokenPipeError, match=r"slower than 2,097,152 bytes a second"),
+    ):
+        served.sendall(ANSWER)
+    assert 0 < len(received) < len(ANSWER)
+    assert stalled == ["too_slow"]
+
+
+def test_a_client_reading_faster_than_the_minimum_rate_gets_all_of_it() -> None:
+    with answering(read_every=0.006, min_rate=256 * 1024) as (served, stalled, received):
+        served.sendall(ANSWER)
+        served.sock.shutdown(socket.SHUT_WR)
+    assert bytes(received) == ANSWER
+    assert stalled == []
+
+
+def test_each_answer_on_a_connection_has_its_own_clock() -> None:
+    """A kept-alive connection's second answer is timed from its own first byte: counted from the first
+    answer's, a client idle between requests would be behind before its second answer began."""
+    with answering(read_every=0.006, min_rate=256 * 1024) as (served, stalled, received):
+        served.sendall(b"first")
+        served.request_answered()
+        # Counted from the first answer, the second's sends fall due by 1.9 s (the grace, then the ~425 KB
+        # that the buffers take at once at 256 KiB a second): it would be behind from its start.
+        gevent.sleep(2.5)
+        served.sendall(ANSWER)
+        served.sock.shutdown(socket.SHUT_WR)
+    assert bytes(received) == b"first" + ANSWER
+    assert stalled == []
