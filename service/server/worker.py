@@ -410,12 +410,12 @@ class ClientSocket:
     def head_read(self) -> None:
         """The head of the request being served is parsed: what comes next is its body."""
         self._head_from = None
+        self._answer_started = None  # its answer's clock starts at the answer's first byte
 
     def request_answered(self) -> None:
         """The request being served has been answered; the next one on this connection starts after it."""
         self.received_before_request = self.bytes_received - self._last_read
         self._head_from = self.bytes_received
-        self._answer_started = None  # the next answer's clock starts at its first byte
 
     def client_left(self) -> bool:
         """Whether the client has given up on the request being served, whose body is not read yet: it reset
