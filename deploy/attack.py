@@ -467,7 +467,7 @@ def slow(attack: Attack, seconds: float) -> None:
         attack.report.notes.append(
             f"{label} + 4 slow readers for {seconds:.0f} s: /livez at most {probes.worst('livez'):.2f} s, "
             f"the worked example at most {probes.worst('seed'):.2f} s "
-            f"({len(probes.latencies['livez'])} probes each)"
+            f"({len(probes.latencies['livez'])} probes each); {probes.readers_cut} slow readers cut short"
         )
         for failure in probes.failures:
             attack.report.fail(f"slow clients ({label}): {failure}")

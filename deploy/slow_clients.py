@@ -40,6 +40,7 @@ class Probes:
 
     latencies: dict[str, list[float]] = field(default_factory=lambda: {"livez": [], "seed": []})
     failures: list[str] = field(default_factory=list)
+    readers_cut: int = 0  # slow readers whose answers the server cut short (ANSWER_MIN_BYTES_PER_SECOND)
 
     def worst(self, kind: str) -> float:
         return max(self.latencies[kind], default=float("nan"))
@@ -199,6 +200,7 @@ def run(
     finally:
         attackers.stop()
     probes.failures.extend(attackers.errors)
+    probes.readers_cut = attackers.readers_cut
     return probes
 
 

@@ -104,6 +104,9 @@ MOST_ANSWER_WAITS = 30
 # Why an answer was cut short: its client took none of it for ANSWER_TIMEOUT_SECONDS ("stalled"), or took it
 # slower than ANSWER_MIN_BYTES_PER_SECOND ("too_slow").
 StallKind = Literal["stalled", "too_slow"]
+# The largest piece of an answer handed to a TLS connection at once (a TLS send returns only when all of it is
+# written, so a larger one would show the client's progress only at its end).
+TLS_PIECE_BYTES = 64 * 1024
 LINGER_READ_BYTES = 64 * 1024
 # What a request head may take, its request line included (as nginx's large_client_header_buffers 4 8k): one
 # that has not ended after it is refused with a 431 (ClientSocket.recv). One that ends in the read that
@@ -298,12 +301,16 @@ class ClientSocket:
         self._continue_due = False  # a 100 Continue held back until the app reads the body (see send)
         self._answer_timeout = answer_timeout
         self._on_stalled = on_stalled
-        # The answer's k-th byte is due answer_timeout + k / answer_min_rate seconds after its first was
-        # handed to the kernel (None: no such bound): a client reading a step per timeout is not stalled,
-        # but at 13 KiB a second it would hold a 192 MiB answer's share of the memory budget for four hours.
+        # The answer's sends may wait for its client answer_timeout + k / answer_min_rate seconds in all while
+        # its first k bytes are handed over (None: no such bound): a client reading a step per timeout is not
+        # stalled, but at 13 KiB a second it held a 192 MiB answer's share of the memory budget for four
+        # hours. Only waiting counts: the server's own time (computing, encoding pieces) is not the client's.
         self._answer_min_rate = answer_min_rate
-        self._answer_started: float | None = None  # when the answer being sent began (monotonic)
-        self._answer_bytes = 0  # of it, handed to the kernel so far
+        self._answer_bytes = 0  # of the answer being sent, handed to the connection so far
+        self._answer_waited = 0.0  # seconds its sends waited for the client
+        # Under TLS a send is all or nothing (OpenSSL writes the whole buffer before it returns) and gevent's
+        # waits without the timer it is given, so answers go in pieces, each under a timer (see sendall).
+        self._tls = hasattr(sock, "pending")
         if answer_timeout is not None:
             # Linux calls a socket writable again only once a third of its send buffer is free (up to 4 MiB
             # on loopback): a client reading 64 KiB a second left a send waiting 20 s. With at most this much
@@ -343,41 +350,47 @@ class ClientSocket:
             self.sock.sendall(data)
             return
         view = memoryview(data).cast("B")
-        if self._answer_started is None and not _interim(data):
-            self._answer_started, self._answer_bytes = time.monotonic(), 0
-        try:
-            sent = self.sock.send(view, 0, 0.0)  # at once, without waiting: it all fits, nearly always
-        except BlockingIOError:
-            sent = 0
-        self._answer_bytes += sent
+        sent = 0
+        if not self._tls:
+            try:
+                sent = self.sock.send(view, 0, 0.0)  # at once, without waiting: it all fits, nearly always
+            except BlockingIOError:
+                sent = 0
+            self._answer_bytes += sent
         while sent < len(view):
-            more = self._send_in_time(view[sent:], self._answer_timeout)
+            piece = view[sent : sent + TLS_PIECE_BYTES] if self._tls else view[sent:]
+            more = self._send_in_time(piece, self._answer_timeout)
             sent += more
             self._answer_bytes += more
 
-    def _next_byte_due(self) -> float:
-        """By when (monotonic) the answer's next byte must be handed to the kernel: ``inf`` without a rate."""
-        if self._answer_min_rate is None or self._answer_started is None or self._answer_timeout is None:
+    def _wait_allowed(self) -> float:
+        """How much longer the answer's sends may wait for its client before its next byte is handed over:
+        ``inf`` without a minimum rate."""
+        if self._answer_min_rate is None or self._answer_timeout is None:
             return math.inf
-        return self._answer_started + self._answer_timeout + (self._answer_bytes + 1) / self._answer_min_rate
+        allowed = self._answer_timeout + (self._answer_bytes + 1) / self._answer_min_rate
+        return allowed - self._answer_waited
 
     def _send_in_time(self, view: memoryview, seconds: float) -> int:
         """Some of ``view``, once the client has taken enough of what was sent before to make room; cut when
         it has taken none of it (its queue in the kernel no shorter) for ``seconds``, or when the answer has
-        fallen behind its minimum rate (:meth:`_next_byte_due`)."""
-        due = self._next_byte_due()
+        waited longer than its minimum rate allows (:meth:`_wait_allowed`)."""
         kind: StallKind = "stalled"
         for _ in range(MOST_ANSWER_WAITS):
             queued = self._queued()
-            left = due - time.monotonic()
+            left = self._wait_allowed()
+            began = time.monotonic()
             timer = gevent.Timeout(max(0.0, min(seconds, left)))
             try:
                 with timer:
                     sent: int = self.sock.send(view)
-                    return sent
             except gevent.Timeout as fired:
                 if fired is not timer:
                     raise
+            else:
+                self._answer_waited += time.monotonic() - began
+                return sent
+            self._answer_waited += time.monotonic() - began
             if left <= seconds:
                 kind = "too_slow"
                 break
@@ -390,7 +403,7 @@ class ClientSocket:
         if kind == "too_slow":
             stalled = (
                 f"the client took its answer slower than {self._answer_min_rate:,.0f} bytes a second "
-                f"({self._answer_bytes:,} bytes in {time.monotonic() - (self._answer_started or 0.0):.1f} s)"
+                f"({self._answer_bytes:,} bytes handed over, {self._answer_waited:.1f} s waited for it)"
             )
         else:
             stalled = f"the client took none of its answer for {seconds:g} s"
@@ -410,12 +423,17 @@ class ClientSocket:
     def head_read(self) -> None:
         """The head of the request being served is parsed: what comes next is its body."""
         self._head_from = None
-        self._answer_started = None  # its answer's clock starts at the answer's first byte
+        self._new_answer()
+
+    def _new_answer(self) -> None:
+        """What the next answer has been handed over and waited starts from nothing."""
+        self._answer_bytes, self._answer_waited = 0, 0.0
 
     def request_answered(self) -> None:
         """The request being served has been answered; the next one on this connection starts after it."""
         self.received_before_request = self.bytes_received - self._last_read
         self._head_from = self.bytes_received
+        self._new_answer()  # (also at the next head: an answer the server writes without one starts anew)
 
     def client_left(self) -> bool:
         """Whether the client has given up on the request being served, whose body is not read yet: it reset

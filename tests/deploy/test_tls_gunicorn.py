@@ -10,6 +10,7 @@ and every wait is bounded in count and time.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import signal
 import socket
@@ -269,3 +270,66 @@ def test_while_the_server_stops_a_handshake_and_its_head_share_one_deadline() ->
         assert stopping.terminate() == 0, stopping.log()
     # about 4 s (the deadline from the accept); 6.5 s before: a bound with room for a slow machine
     assert closed < 5.5, f"closed {closed:.1f} s after it connected"
+
+
+LOGITS = 2_000_000  # a softmax answer of about 10 MB
+LARGE_ANSWER = b'{"logits":[' + b"0.1," * (LOGITS - 1) + b"0.1]}"
+LARGE_HEAD = (
+    b"POST /v1/softmax HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\n\r\n" % len(LARGE_ANSWER)
+)
+
+
+def test_answers_over_https_keep_their_deadlines() -> None:
+    """Under TLS a send is all or nothing, and gevent's waited without the timer the worker gave it: no answer
+    was ever cut, so a client reading nothing, or reading 128 KiB a second against a minimum of 1 MiB, held
+    its answer (and its share of the memory budget) for as long as it liked (not cut in 25 s here, with a
+    timeout of 1 s). Answers now go to a TLS connection in 64 KiB pieces under the timer: the slow reader is
+    cut within seconds, the one that reads nothing too, and one that reads at once gets all 10 MB."""
+    env = {"ANSWER_TIMEOUT_SECONDS": "1", "ANSWER_MIN_BYTES_PER_SECOND": str(1024 * 1024)}
+    with serving(env=env, workers=1, tls=TLS) as running:
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", running.port, context=_context(running), timeout=30
+        )
+        try:
+            connection.request("POST", "/v1/softmax", LARGE_ANSWER, {"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            assert answer.status == 200
+            assert len(json.loads(answer.read())["probabilities"]) == LOGITS
+        finally:
+            connection.close()
+
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        raw.settimeout(10)
+        raw.connect(("127.0.0.1", running.port))
+        with _context(running).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            sock.sendall(LARGE_HEAD + LARGE_ANSWER)
+            taken, started = 0, time.monotonic()
+            with contextlib.suppress(ConnectionResetError, ssl.SSLError):
+                while time.monotonic() - started < 30:  # 128 KiB a second: 16 KiB every 1/8 s
+                    chunk = sock.recv(16384)
+                    if not chunk:
+                        break
+                    taken += len(chunk)
+                    time.sleep(0.125)
+            seconds = time.monotonic() - started
+        assert 0 < taken < 8_000_000
+        assert seconds < 15
+        assert running.wait_for(lambda: running.stderr_contains("slower than"), "the warning") is not False
+
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.settimeout(30)
+        raw.connect(("127.0.0.1", running.port))
+        with _context(running).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+            sock.sendall(LARGE_HEAD + LARGE_ANSWER)
+            started = time.monotonic()
+            cut = running.wait_for(
+                lambda: sum("closed the connection from" in line for line in list(running.stderr)) >= 2,
+                "the second cut",
+            )
+            assert cut is not False
+            assert time.monotonic() - started < 15
+        closed = running.samples("attention_connections_closed_by_server_total")
+        assert sum(closed.values()) == 2, closed

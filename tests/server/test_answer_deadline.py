@@ -90,12 +90,16 @@ def test_a_client_that_reads_nothing_is_cut_once() -> None:
 
 def test_a_client_reading_slower_than_the_minimum_rate_is_cut_when_it_falls_behind() -> None:
     """The reader takes about 650 KiB a second, a step at every wait, so it is never stalled: against a
-    minimum of 2 MiB a second, its answer's next byte falls due (the timeout's grace, then a byte per
-    1/rate second) about 0.45 s in, while its send waits for room, and it is cut then."""
+    minimum of 2 MiB a second, the answer's sends may wait the timeout's grace and then 1/rate second per byte
+    handed over (0.45 s for the 425 KB that the buffers take at once): the waits outgrow that, and it is cut
+    with part of the answer taken (about 0.6 s of waiting, 770 KB, here)."""
     rate = 2 * 1024 * 1024
     with (
         answering(read_every=0.006, min_rate=rate) as (served, stalled, received),
-        pytest.raises(BrokenPipeError, match=r"slower than 2,097,152 bytes a second"),
+        pytest.raises(
+            BrokenPipeError,
+            match=r"slower than 2,097,152 bytes a second \([\d,]+ bytes handed over, [\d.]+ s waited for it",
+        ),
     ):
         served.sendall(ANSWER)
     assert 0 < len(received) < len(ANSWER)
@@ -110,18 +114,20 @@ def test_a_client_reading_faster_than_the_minimum_rate_gets_all_of_it() -> None:
     assert stalled == []
 
 
-def test_each_answer_on_a_connection_has_its_own_clock() -> None:
-    """A kept-alive connection's second answer is timed from its own first byte: counted from the first
-    answer's, a client idle between requests would be behind before its second answer began. (The clock is
-    reset as each request's head is read, whatever became of the request before.)"""
-    with answering(read_every=0.006, min_rate=256 * 1024) as (served, stalled, received):
-        served.sendall(b"first")
+def test_each_answer_on_a_connection_starts_without_credit() -> None:
+    """What an answer may wait grows with the bytes handed over: counted over a kept-alive connection, a
+    client could take small answers at once (never waiting) and then read a large one as slowly as their
+    bytes allowed (100 answers of 1 MB at 256 KiB a second: 400 s). Each answer starts from nothing, at the
+    next request's head or once the answer before has gone."""
+    rate = 1024 * 1024
+    with answering(read_every=0.006, min_rate=rate) as (served, stalled, _):
+        served.sendall(b"x" * 100_000)  # fits in the buffers: handed over without waiting
+        credit = served._wait_allowed()
         served.request_answered()
-        served.head_read()  # the next request's
-        # Counted from the first answer, the second's sends fall due by 1.9 s (the grace, then the ~425 KB
-        # that the buffers take at once at 256 KiB a second): it would be behind from its start.
-        gevent.sleep(2.5)
-        served.sendall(ANSWER)
-        served.sock.shutdown(socket.SHUT_WR)
-    assert bytes(received) == b"first" + ANSWER
+        after_answer = served._wait_allowed()
+        served.sendall(b"y" * 100_000)
+        served.head_read()  # an answer the server writes before the head (a 431, say) leaves none either
+        after_head = served._wait_allowed()
+    assert credit == pytest.approx(TIMEOUT + 100_001 / rate, abs=1e-3)
+    assert after_answer == after_head == pytest.approx(TIMEOUT + 1 / rate, abs=1e-6)
     assert stalled == []
