@@ -897,20 +897,39 @@ def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
             for sock in sockets:
                 sock.close()
         read = fresh(server.port, "POST", "/v1/softmax", body, timeout=PATIENCE_SECONDS)
+    _judge_held_answers(verdict, workers, probes, read, lines, clients=clients, bound=bound, kind="unread")
+    statuses = Counter(str(line["status"]) for line in lines.values())
+    verdict.summary = (
+        f"{len(lines)} of {clients} unread requests ended within {seconds:.1f} s ({cut} answers cut, "
+        f"statuses {dict(statuses)}){verdict.summary}"
+    )
+    verdict.seconds = time.monotonic() - started
+    return verdict
+
+
+def _judge_held_answers(
+    verdict: Verdict,
+    workers: Workers,
+    probes: Prober,
+    read: Reply,
+    lines: dict[str, dict[str, object]],
+    *,
+    clients: int,
+    bound: float,
+    kind: str,
+) -> None:
+    """What unread-answers and slow-readers share: every request ended within ``bound``, the same request
+    read afterwards is a 200, every /livez in time, no worker killed; the end of the verdict's summary."""
     if len(lines) < clients:
-        verdict.fail(f"{clients - len(lines)} of {clients} unread answers still held after {bound:g} s")
+        verdict.fail(f"{clients - len(lines)} of {clients} {kind} answers still held after {bound:g} s")
     if read.status != 200:
         verdict.fail(f"the same request, read, got {outcome(read)} afterwards")
     _judge_livez(verdict, probes.replies)
     killed = workers.judge(verdict)
-    statuses = Counter(str(line["status"]) for line in lines.values())
-    verdict.seconds = time.monotonic() - started
     verdict.summary = (
-        f"{len(lines)} of {clients} unread requests ended within {seconds:.1f} s ({cut} answers cut, "
-        f"statuses {dict(statuses)}); the same request read afterwards: {outcome(read)}; /livez "
-        f"{tally(probes.replies)}, worst {worst(probes.replies):.2f} s; {killed}"
+        f"; the same request read afterwards: {outcome(read)}; /livez {tally(probes.replies)}, worst "
+        f"{worst(probes.replies):.2f} s; {killed}"
     )
-    return verdict
 
 
 def slow_readers(server: Server, *, clients: int = 3) -> Verdict:
@@ -960,18 +979,14 @@ def slow_readers(server: Server, *, clients: int = 3) -> Verdict:
                 reader.join(timeout=PATIENCE_SECONDS)
         cut = sum(_cut_for_reading(line) for line in server.stderr)
         read = fresh(server.port, "POST", "/v1/softmax", body, timeout=PATIENCE_SECONDS)
-    if len(lines) < clients:
-        verdict.fail(f"{clients - len(lines)} of {clients} slowly read answers still held after {bound:g} s")
-    if read.status != 200:
-        verdict.fail(f"the same request, read, got {outcome(read)} afterwards")
-    _judge_livez(verdict, probes.replies)
-    killed = workers.judge(verdict)
+    _judge_held_answers(
+        verdict, workers, probes, read, lines, clients=clients, bound=bound, kind="slowly read"
+    )
     statuses = Counter(str(line["status"]) for line in lines.values())
-    verdict.seconds = time.monotonic() - started
     verdict.summary = (
         f"{len(lines)} of {clients} slowly read requests ended within {seconds:.1f} s ({cut} answers cut, "
         f"having taken {', '.join(f'{count / 1024:.0f}' for count in taken)} KiB; statuses "
-        f"{dict(statuses)}); the same request read afterwards: {outcome(read)}; /livez "
-        f"{tally(probes.replies)}, worst {worst(probes.replies):.2f} s; {killed}"
+        f"{dict(statuses)}){verdict.summary}"
     )
+    verdict.seconds = time.monotonic() - started
     return verdict

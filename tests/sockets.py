@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 
 @contextmanager
@@ -30,3 +31,17 @@ def silent_crowd(port: int, count: int) -> Iterator[list[socket.socket]]:
     finally:
         for sock in crowd:
             sock.close()
+
+
+def read_slowly(sock: socket.socket, *, seconds: float = 30.0) -> tuple[int, float]:
+    """Read ``sock`` at 128 KiB a second (16 KiB every 1/8 s) until the server closes or resets it, or for
+    ``seconds`` at most: the bytes taken and the seconds it took."""
+    taken, started = 0, time.monotonic()
+    with suppress(ConnectionResetError, ssl.SSLError):  # (an answer cut short over TLS)
+        while time.monotonic() - started < seconds:
+            chunk = sock.recv(16384)
+            if not chunk:
+                break
+            taken += len(chunk)
+            time.sleep(0.125)
+    return taken, time.monotonic() - started

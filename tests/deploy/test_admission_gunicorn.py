@@ -23,7 +23,7 @@ import pytest
 
 from deploy.launch import Server, serving, start
 from deploy.overload import closed_by_server
-from tests.sockets import silent_crowd
+from tests.sockets import read_slowly, silent_crowd
 
 pytestmark = pytest.mark.gunicorn
 
@@ -545,16 +545,7 @@ def test_a_client_reading_its_answer_slower_than_the_minimum_rate_is_disconnecte
             sock.settimeout(30)
             sock.connect(("127.0.0.1", running.port))
             sock.sendall(head % len(body) + body)
-            taken = 0
-            started = time.monotonic()
-            with contextlib.suppress(ConnectionResetError):
-                while time.monotonic() - started < 30:  # 128 KiB a second: 16 KiB every 1/8 s
-                    chunk = sock.recv(16384)
-                    if not chunk:
-                        break
-                    taken += len(chunk)
-                    time.sleep(0.125)
-            seconds = time.monotonic() - started
+            taken, seconds = read_slowly(sock)
         assert 0 < taken < 8_000_000  # cut: the whole answer is over 10 MB
         assert seconds < 15
         assert running.wait_for(lambda: running.stderr_contains("slower than"), "the warning") is not False
