@@ -837,6 +837,9 @@ def tiny_chunks(server: Server) -> Verdict:
 UNREAD_LOGITS = 2_000_000  # a body of 8 MB, an answer of about 10 MB
 ANSWER_TIMEOUT_SECONDS = 10.0  # the default
 SLOW_READ_BYTES = 16 * 1024  # what a slow reader takes each second: a step at every wait, never stalled
+# How long unread-answers and slow-readers wait for every request to end: one may start once another's has
+# been cut, about two timeouts in.
+HELD_ANSWERS_BOUND = 2 * ANSWER_TIMEOUT_SECONDS + 10.0
 
 
 LoggedLines = Callable[[], dict[str, dict[str, object]]]
@@ -875,8 +878,6 @@ def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
     workers = Workers(server)
     ids = [f"unread-{number}-{time.monotonic_ns()}" for number in range(clients)]
     body, request, ended = _large_answers(server, ids)
-    # One may start once another's has been cut: about two timeouts in.
-    bound = 2 * ANSWER_TIMEOUT_SECONDS + 10.0
     started = time.monotonic()
     with Prober(server.port, "GET", "/livez", None, interval=0.5, timeout=PATIENCE_SECONDS) as probes:
         sockets = []
@@ -888,20 +889,15 @@ def unread_answers(server: Server, *, clients: int = 3) -> Verdict:
                 sock.settimeout(PATIENCE_SECONDS)
                 sock.connect(("127.0.0.1", server.port))
                 sock.sendall(request(request_id))
-            while len(ended()) < clients and time.monotonic() - started < bound:
-                time.sleep(0.2)
-            seconds = time.monotonic() - started
-            lines = ended()  # before the clients close: then every answer ends
+            seconds, lines = _await_ended(ended, clients, started)  # before the clients close: then all end
             cut = sum(_cut_for_reading(line) for line in server.stderr)
         finally:
             for sock in sockets:
                 sock.close()
         read = fresh(server.port, "POST", "/v1/softmax", body, timeout=PATIENCE_SECONDS)
-    _judge_held_answers(verdict, workers, probes, read, lines, clients=clients, bound=bound, kind="unread")
-    statuses = Counter(str(line["status"]) for line in lines.values())
+    judged = _judge_held_answers(verdict, workers, probes, read, lines, clients=clients, kind="unread")
     verdict.summary = (
-        f"{len(lines)} of {clients} unread requests ended within {seconds:.1f} s ({cut} answers cut, "
-        f"statuses {dict(statuses)}){verdict.summary}"
+        f"{len(lines)} of {clients} unread requests ended within {seconds:.1f} s ({cut} answers cut, {judged}"
     )
     verdict.seconds = time.monotonic() - started
     return verdict
@@ -915,21 +911,33 @@ def _judge_held_answers(
     lines: dict[str, dict[str, object]],
     *,
     clients: int,
-    bound: float,
     kind: str,
-) -> None:
-    """What unread-answers and slow-readers share: every request ended within ``bound``, the same request
-    read afterwards is a 200, every /livez in time, no worker killed; the end of the verdict's summary."""
+) -> str:
+    """What unread-answers and slow-readers share: every request ended within :data:`HELD_ANSWERS_BOUND`,
+    the same request read afterwards is a 200, every /livez in time, no worker killed. Returns the end of the
+    verdict's summary, from the statuses on."""
     if len(lines) < clients:
-        verdict.fail(f"{clients - len(lines)} of {clients} {kind} answers still held after {bound:g} s")
+        held = clients - len(lines)
+        verdict.fail(f"{held} of {clients} {kind} answers still held after {HELD_ANSWERS_BOUND:g} s")
     if read.status != 200:
         verdict.fail(f"the same request, read, got {outcome(read)} afterwards")
     _judge_livez(verdict, probes.replies)
     killed = workers.judge(verdict)
-    verdict.summary = (
-        f"; the same request read afterwards: {outcome(read)}; /livez {tally(probes.replies)}, worst "
-        f"{worst(probes.replies):.2f} s; {killed}"
+    statuses = Counter(str(line["status"]) for line in lines.values())
+    return (
+        f"statuses {dict(statuses)}); the same request read afterwards: {outcome(read)}; /livez "
+        f"{tally(probes.replies)}, worst {worst(probes.replies):.2f} s; {killed}"
     )
+
+
+def _await_ended(
+    ended: LoggedLines, clients: int, started: float
+) -> tuple[float, dict[str, dict[str, object]]]:
+    """Wait until every one of the ``clients`` requests has its access line, or :data:`HELD_ANSWERS_BOUND`
+    seconds from ``started``: the seconds it took and the lines."""
+    while len(ended()) < clients and time.monotonic() - started < HELD_ANSWERS_BOUND:
+        time.sleep(0.2)
+    return time.monotonic() - started, ended()
 
 
 def slow_readers(server: Server, *, clients: int = 3) -> Verdict:
@@ -942,7 +950,6 @@ def slow_readers(server: Server, *, clients: int = 3) -> Verdict:
     workers = Workers(server)
     ids = [f"slow-reader-{number}-{time.monotonic_ns()}" for number in range(clients)]
     body, request, ended = _large_answers(server, ids)
-    bound = 2 * ANSWER_TIMEOUT_SECONDS + 10.0
     taken = [0] * clients
     stop = threading.Event()
 
@@ -969,24 +976,17 @@ def slow_readers(server: Server, *, clients: int = 3) -> Verdict:
         for reader in readers:
             reader.start()
         try:
-            while len(ended()) < clients and time.monotonic() - started < bound:
-                time.sleep(0.2)
-            seconds = time.monotonic() - started
-            lines = ended()
+            seconds, lines = _await_ended(ended, clients, started)
         finally:
             stop.set()
             for reader in readers:
                 reader.join(timeout=PATIENCE_SECONDS)
         cut = sum(_cut_for_reading(line) for line in server.stderr)
         read = fresh(server.port, "POST", "/v1/softmax", body, timeout=PATIENCE_SECONDS)
-    _judge_held_answers(
-        verdict, workers, probes, read, lines, clients=clients, bound=bound, kind="slowly read"
-    )
-    statuses = Counter(str(line["status"]) for line in lines.values())
+    judged = _judge_held_answers(verdict, workers, probes, read, lines, clients=clients, kind="slowly read")
     verdict.summary = (
         f"{len(lines)} of {clients} slowly read requests ended within {seconds:.1f} s ({cut} answers cut, "
-        f"having taken {', '.join(f'{count / 1024:.0f}' for count in taken)} KiB; statuses "
-        f"{dict(statuses)}){verdict.summary}"
+        f"having taken {', '.join(f'{count / 1024:.0f}' for count in taken)} KiB; {judged}"
     )
     verdict.seconds = time.monotonic() - started
     return verdict

@@ -65,7 +65,7 @@ import termios
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import gevent
 import gevent.monkey
@@ -77,7 +77,7 @@ from gunicorn.workers.ggevent import GeventWorker
 from service.server import tls
 from service.server.connection_metrics import CloseReason, connection_metrics
 from service.server.problems import write_problem
-from service.web.admission import Admission, AdmissionLimits, admission_of
+from service.web.admission import Admission, admission_of
 from service.web.connection import (
     WaitEnd,
     on_bytes_received,
@@ -101,9 +101,6 @@ UNSENT_BYTES = 128 * 1024
 # A send that waits ANSWER_TIMEOUT_SECONDS while its client takes some of the answer waits again, this many
 # times at most (a client reading a few bytes per timeout cannot hold an answer for ever).
 MOST_ANSWER_WAITS = 30
-# Why an answer was cut short: its client took none of it for ANSWER_TIMEOUT_SECONDS ("stalled"), or took it
-# slower than ANSWER_MIN_BYTES_PER_SECOND ("too_slow").
-StallKind = Literal["stalled", "too_slow"]
 # The largest piece of an answer handed to a TLS connection at once (a TLS send returns only when all of it is
 # written, so a larger one would show the client's progress only at its end).
 TLS_PIECE_BYTES = 64 * 1024
@@ -282,7 +279,7 @@ class ClientSocket:
         sock: Any,
         *,
         answer_timeout: float | None,
-        on_stalled: Callable[[StallKind], None],
+        on_stalled: Callable[[CloseReason, str], None],
         accepted: float | None = None,
         answer_min_rate: float | None = None,
     ) -> None:
@@ -375,7 +372,7 @@ class ClientSocket:
         """Some of ``view``, once the client has taken enough of what was sent before to make room; cut when
         it has taken none of it (its queue in the kernel no shorter) for ``seconds``, or when the answer has
         waited longer than its minimum rate allows (:meth:`_wait_allowed`)."""
-        kind: StallKind = "stalled"
+        reason: CloseReason = "answer_stalled"
         for _ in range(MOST_ANSWER_WAITS):
             queued = self._queued()
             left = self._wait_allowed()
@@ -392,22 +389,23 @@ class ClientSocket:
                 return sent
             self._answer_waited += time.monotonic() - began
             if left <= seconds:
-                kind = "too_slow"
+                reason = "answer_too_slow"
                 break
             still = self._queued()
             if queued is None or still is None or still >= queued:
                 break  # nothing taken: the client stopped reading
             # It is reading, only slower than the kernel's wake-up needs (the room it waits for): wait on.
-        self._on_stalled(kind)
-        # gunicorn closes the connection quietly, as for a client gone; the answer is closed
-        if kind == "too_slow":
-            stalled = (
+        if reason == "answer_too_slow":
+            why = (
                 f"the client took its answer slower than {self._answer_min_rate:,.0f} bytes a second "
-                f"({self._answer_bytes:,} bytes handed over, {self._answer_waited:.1f} s waited for it)"
+                f"({self._answer_bytes:,} bytes handed over, {self._answer_waited:.1f} s waited for it; "
+                "ANSWER_MIN_BYTES_PER_SECOND)"
             )
         else:
-            stalled = f"the client took none of its answer for {seconds:g} s"
-        raise BrokenPipeError(errno.EPIPE, stalled) from None
+            why = f"the client took none of its answer for {seconds:g} s (ANSWER_TIMEOUT_SECONDS)"
+        self._on_stalled(reason, why)
+        # gunicorn closes the connection quietly, as for a client gone; the answer is closed
+        raise BrokenPipeError(errno.EPIPE, why) from None
 
     def _refuse_head(self) -> NoReturn:
         """A ``431`` for a head that has not ended after :data:`MAX_HEAD_BYTES`, written, logged and counted
@@ -808,7 +806,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
                     return
             limits = None if self.admission is None else self.admission.limits
             answer_timeout = None if limits is None else limits.answer_timeout_seconds
-            stalled = functools.partial(self._on_stalled_reader, addr, limits)
+            stalled = functools.partial(self._on_stalled_reader, addr)
             client_socket = ClientSocket(
                 client,
                 answer_timeout=answer_timeout,
@@ -910,20 +908,6 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
     def _count_close(reason: CloseReason) -> None:
         connection_metrics().count_close(reason)
 
-    def _on_stalled_reader(self, addr: Any, limits: AdmissionLimits | None, kind: StallKind) -> None:
-        if kind == "too_slow":
-            self._count_close("answer_too_slow")
-            self.log.warning(
-                "closed the connection from %s: its client took its answer slower than %s bytes a second "
-                "(ANSWER_MIN_BYTES_PER_SECOND, after ANSWER_TIMEOUT_SECONDS of grace)",
-                addr,
-                None if limits is None else limits.answer_min_bytes_per_second,
-            )
-            return
-        self._count_close("answer_stalled")
-        self.log.warning(
-            "closed the connection from %s: its client took none of its answer for %s s "
-            "(ANSWER_TIMEOUT_SECONDS)",
-            addr,
-            None if limits is None else limits.answer_timeout_seconds,
-        )
+    def _on_stalled_reader(self, addr: Any, reason: CloseReason, why: str) -> None:
+        self._count_close(reason)
+        self.log.warning("closed the connection from %s: %s", addr, why)

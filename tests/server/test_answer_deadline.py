@@ -34,8 +34,8 @@ SEND_BUFFER = 212_992  # Linux's default maximum; the kernel doubles it
 def answering(
     read_every: float | None, *, min_rate: float | None = None
 ) -> Iterator[tuple[ClientSocket, list[str], bytearray]]:
-    """The server's end as the worker wraps it (its cuts, by kind, beside it), while a reader takes READ
-    bytes every ``read_every`` seconds (None: it never reads) into the bytearray."""
+    """The server's end as the worker wraps it (its cuts, by close reason, beside it), while a reader takes
+    READ bytes every ``read_every`` seconds (None: it never reads) into the bytearray."""
     client, server = gevent.socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     server.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
     stalled: list[str] = []
@@ -47,7 +47,12 @@ def answering(
             gevent.sleep(every)
 
     reader = None if read_every is None else gevent.spawn(read, read_every)
-    served = ClientSocket(server, answer_timeout=TIMEOUT, on_stalled=stalled.append, answer_min_rate=min_rate)
+    served = ClientSocket(
+        server,
+        answer_timeout=TIMEOUT,
+        on_stalled=lambda reason, why: stalled.append(reason),
+        answer_min_rate=min_rate,
+    )
     try:
         yield served, stalled, received
     finally:
@@ -75,7 +80,7 @@ def test_the_waits_are_needed_and_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     ):
         served.sendall(ANSWER)
     assert 0 < len(received) < len(ANSWER)
-    assert stalled == ["stalled"]
+    assert stalled == ["answer_stalled"]
 
 
 def test_a_client_that_reads_nothing_is_cut_once() -> None:
@@ -85,7 +90,7 @@ def test_a_client_that_reads_nothing_is_cut_once() -> None:
     ):
         served.sendall(ANSWER)
     assert received == bytearray()
-    assert stalled == ["stalled"]
+    assert stalled == ["answer_stalled"]
 
 
 def test_a_client_reading_slower_than_the_minimum_rate_is_cut_when_it_falls_behind() -> None:
@@ -103,7 +108,7 @@ def test_a_client_reading_slower_than_the_minimum_rate_is_cut_when_it_falls_behi
     ):
         served.sendall(ANSWER)
     assert 0 < len(received) < len(ANSWER)
-    assert stalled == ["too_slow"]
+    assert stalled == ["answer_too_slow"]
 
 
 def test_a_client_reading_faster_than_the_minimum_rate_gets_all_of_it() -> None:

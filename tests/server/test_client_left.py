@@ -39,7 +39,7 @@ def connection(headers: list[tuple[str, str]]) -> Iterator[tuple[socket.socket, 
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
         accepted, _ = listener.accept()
-    served = ClientSocket(accepted, answer_timeout=None, on_stalled=lambda kind: None)
+    served = ClientSocket(accepted, answer_timeout=None, on_stalled=lambda reason, why: None)
     served.request = SimpleNamespace(headers=headers)
     served.head_read()  # as the worker has it once gunicorn has parsed the head: what is read is the body
     try:
@@ -187,7 +187,7 @@ def test_a_tls_client_that_shut_down_its_side_once_its_whole_body_was_sent_waits
     accepted = server_context.wrap_socket(raw_accepted, server_side=True)
     handshake.join(timeout=10)
     client = wrapped[0]
-    served = ClientSocket(accepted, answer_timeout=None, on_stalled=lambda kind: None)
+    served = ClientSocket(accepted, answer_timeout=None, on_stalled=lambda reason, why: None)
     served.request = SimpleNamespace(headers=[("CONTENT-LENGTH", str(size))])
     try:
         client.sendall(head(size) + b"0" * size)

@@ -23,7 +23,7 @@ def pair() -> Iterator[tuple[socket.socket, ClientSocket]]:
     client.settimeout(5)
     server.settimeout(5)
     with client, server:
-        yield client, ClientSocket(server, answer_timeout=None, on_stalled=lambda kind: None)
+        yield client, ClientSocket(server, answer_timeout=None, on_stalled=lambda reason, why: None)
 
 
 def received(client: socket.socket) -> bytes:
