@@ -53,8 +53,9 @@ def _numbers(rng: np.random.Generator, shape: tuple[int, ...], decimals: int = 2
 
 
 def attention_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
-    """n = m = 8192 (+ step) with d_k = d_v = 2 and every per-score option on: softcap, ALiBi, the causal band
-    and a window, rotary, logsumexp and ``empty_rows: "zero"``, in float64.
+    """n = m = 8184 (+ step) with d_k = d_v = 2 and every per-score option on: softcap, ALiBi, the causal band
+    and a window, rotary, logsumexp and ``empty_rows: "zero"``, in float64 (n² scores and rotary's 16 n
+    reach the compute bound, 8192², there).
 
     Searched: n, m in 1 … 8192 (equal, and 2 × 4096 both ways), d_k and d_v in 1 … 2000, batches broadcast
     between query and key (the kernel's one-row blocks), output only, with weights or with logsumexp, each
@@ -64,7 +65,7 @@ def attention_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
     blocks are counted by their slowdown and stop earlier).
     """
     rng = np.random.default_rng(18)
-    n = 8192 // shrink + step
+    n = 8184 // shrink + step
     return "/v1/attention", {
         "query": _numbers(rng, (n, 2)),
         "key": _numbers(rng, (n, 2)),
@@ -187,7 +188,7 @@ def feed_forward_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
 
 
 def transformer_block_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, Body]:
-    """One sequence of 5774 (+ step) tokens, d_model 2, two query heads of width 1 on one key/value head,
+    """One sequence of 5772 (+ step) tokens, d_model 2, two query heads of width 1 on one key/value head,
     causal, softcap and ALiBi: the attention scores at the compute bound, as attention's own worst case.
 
     Searched: the multi-head layer's worst case inside a block, d_model 1 and 2 with feed-forward layers of
@@ -195,7 +196,7 @@ def transformer_block_worst_case(step: int = 0, shrink: int = 1) -> tuple[str, B
     parts as their endpoints do, summed: a long sequence is attention's scores, and costs what they cost.
     """
     rng = np.random.default_rng(18)
-    n = 5774 // shrink + step
+    n = 5772 // shrink + step
     return "/v1/transformer-block", {
         "x": _numbers(rng, (n, 2)),
         "attention": {

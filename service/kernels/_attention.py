@@ -473,8 +473,7 @@ def rotate_rows(
     """The query and key rows with rotary embedding, at positions that follow the causal alignment."""
     n, m = q.shape[-2], k.shape[-2]
     dim, base = check_rotary(rotary, q.shape[-1])
-    query_offset = offset if rotary.query_offset is None else rotary.query_offset
-    key_offset = 0 if rotary.key_offset is None else rotary.key_offset
+    query_offset, key_offset = rotary.offsets(offset)
     check_positions_from(query_offset, n, field="rotary.query_offset")
     check_positions_from(key_offset, m, field="rotary.key_offset")
     query_positions = np.arange(n, dtype=np.float64) + query_offset

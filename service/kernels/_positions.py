@@ -107,6 +107,14 @@ class Rotary:
     query_offset: int | None = None
     key_offset: int | None = None
 
+    def offsets(self, causal_offset: int) -> tuple[int, int]:
+        """The positions of query row 0 and key row 0: the offsets given, else ``causal_offset`` (the key
+        position of query row 0 under the causal alignment) for the queries and 0 for the keys."""
+        return (
+            causal_offset if self.query_offset is None else self.query_offset,
+            0 if self.key_offset is None else self.key_offset,
+        )
+
 
 @dataclass(frozen=True)
 class RotaryTables:

@@ -25,6 +25,7 @@ from service.kernels import (
     check_window,
     rows_per_block,
 )
+from service.kernels._visibility import position_offset
 from service.requests._common import (
     PRECISIONS,
     AnyArray,
@@ -40,6 +41,7 @@ from service.requests._common import (
     number,
     rows_of,
 )
+from service.requests._positions import rotary_work
 
 # The compute limit (MAX_OUTPUT_ONLY_WORK_ELEMENTS) counts attention scores of d_k + d_v = 128: a score's
 # two products (one for the score, one for the output) grow with d_k + d_v, so wider rows count
@@ -53,7 +55,8 @@ FULL_REUSE_ROWS = 8
 # What the compute bound of attention counts, as its 413 names it (written once: every request builds a Work).
 _SCORE_ARITHMETIC = (
     "attention arithmetic (batch × n × m scores, each counting (d_k + d_v) / 128 when that is more than 1, "
-    f"× {FULL_REUSE_ROWS} / rows for blocks of fewer than {FULL_REUSE_ROWS} query rows)"
+    f"× {FULL_REUSE_ROWS} / rows for blocks of fewer than {FULL_REUSE_ROWS} query rows; rotary's sines, "
+    "cosines and rotated values as positional encoding counts them)"
 )
 
 
@@ -82,6 +85,16 @@ def reuse_slowdown(rows: int) -> float:
     queries, or of a layer's inputs) to reuse each loaded weight or key row for: ``FULL_REUSE_ROWS / rows``,
     at least 1."""
     return max(1.0, FULL_REUSE_ROWS / max(rows, 1))
+
+
+def product_work(products: int, rows_per_product: int, inner: int, cols: int) -> int:
+    """The arithmetic of ``products`` matrix products of ``rows_per_product × inner`` by ``inner × cols``,
+    in reference scores: each result entry counts ``inner / 128`` (× the slowdown of products of fewer than 8
+    rows, :func:`reuse_slowdown`), and at least 1, as an attention score does: a narrow product is
+    bound by writing its results, not by its multiply-adds. The multi-head layer's projections and the
+    feed-forward layer's products."""
+    per_entry = max(1.0, inner / REFERENCE_ROW_WIDTH * reuse_slowdown(rows_per_product))
+    return math.ceil(products * rows_per_product * cols * per_entry)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,6 +153,19 @@ class AttentionOptionFields:
             empty_rows=self.empty_rows,
         )
         object.__setattr__(self, "options", options)
+
+    def rotary_work(self, *, n: int, m: int, d_k: int, rotated_values: int) -> int:
+        """What the ``rotary`` option computes, in reference scores (0 without it): its tables at the ``n``
+        query and ``m`` key positions and the ``rotated_values`` (the query and key rows it rotates), counted
+        as the positional-encoding endpoint counts the same tables (:func:`rotary_work`), large positions
+        included."""
+        if not isinstance(self.rotary, Rotary):
+            return 0
+        dim, _ = check_rotary(self.rotary, d_k)
+        query_offset, key_offset = self.rotary.offsets(position_offset(n, m, self.causal_alignment))
+        ends = (query_offset, query_offset + n - 1, key_offset, key_offset + m - 1)
+        largest = max(abs(position) for position in ends)
+        return rotary_work(rotated_values=rotated_values, positions=n + m, dim=dim, largest_position=largest)
 
 
 @dataclass(frozen=True)
@@ -213,6 +239,8 @@ class AttentionRequest(AttentionOptionFields):
             shapes.d_k,
             shapes.d_v,
             materialized=bool(held_matrices),
+        ) + self.rotary_work(
+            n=shapes.n, m=shapes.m, d_k=shapes.d_k, rotated_values=int(self.query.size + self.key.size)
         )
         compute = Bound(computed, _SCORE_ARITHMETIC, setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS")
         if held_matrices:

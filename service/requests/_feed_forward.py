@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -15,7 +14,7 @@ from service.kernels import (
     feed_forward,
     feed_forward_shapes,
 )
-from service.requests._attention import REFERENCE_ROW_WIDTH, reuse_slowdown
+from service.requests._attention import product_work
 from service.requests._common import (
     PRECISIONS,
     AnyArray,
@@ -33,15 +32,6 @@ from service.requests._common import (
 # (relu a comparison, silu an exp, gelu_tanh a tanh and a cube: 1-5 ns). The gated ones add their gate's
 # product and one multiplication.
 ACTIVATION_COST: dict[str, int] = {"relu": 0, "gelu": 6, "gelu_tanh": 1, "silu": 1, "swiglu": 1, "geglu": 6}
-
-
-def product_work(products: int, rows_per_product: int, inner: int, cols: int) -> int:
-    """The arithmetic of ``products`` matrix products of ``rows_per_product × inner`` by ``inner × cols``,
-    in reference scores: each result entry counts ``inner / 128`` (× the slowdown of products of fewer than 8
-    rows, :func:`reuse_slowdown`), and at least 1, as an attention score does: a narrow product is
-    bound by writing its results, not by its multiply-adds."""
-    per_entry = max(1.0, inner / REFERENCE_ROW_WIDTH * reuse_slowdown(rows_per_product))
-    return math.ceil(products * rows_per_product * cols * per_entry)
 
 
 @dataclass(frozen=True)

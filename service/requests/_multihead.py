@@ -18,12 +18,7 @@ from service.kernels import (
     multi_head_attention,
     multi_head_shapes,
 )
-from service.requests._attention import (
-    REFERENCE_ROW_WIDTH,
-    AttentionOptionFields,
-    reuse_slowdown,
-    score_work,
-)
+from service.requests._attention import AttentionOptionFields, product_work, score_work
 from service.requests._common import (
     PRECISIONS,
     AnyArray,
@@ -129,8 +124,9 @@ class MultiHeadRequest(AttentionOptionFields):
 
     def work(self) -> Work:
         """What the layer holds (projections, heads, output, any per-head matrices asked for) and computes:
-        the projections' multiply-adds / 128 (slower for few rows, :func:`reuse_slowdown`) and every head's
-        scores counted as attention counts them (:func:`score_work`: at least one per score)."""
+        the projections as products (:func:`product_work`: at least one per entry, slower for few rows),
+        every head's scores counted as attention counts them (:func:`score_work`: at least one per score)
+        and the ``rotary`` option's tables and rotations."""
         s = self.shapes
         rows = math.prod(s.batch)
         per_head = len(self.include & {"weights", "scores"}) * s.scores_elements
@@ -141,13 +137,15 @@ class MultiHeadRequest(AttentionOptionFields):
         listed = rows * s.num_heads * s.n * (len(s.batch) + 2) if self.empty_rows == "zero" else 0
         held = projections + output + per_head + listed
         # The query and output projections are products of n rows each; the key and value ones, of m rows.
-        query_side = rows * s.n * s.num_heads * (s.d_model * s.d_k + s.d_v * s.d_out)
-        key_side = rows * s.m * s.d_kv_model * s.num_kv_heads * (s.d_k + s.d_v)
-        projected = math.ceil(
-            (query_side * reuse_slowdown(s.n) + key_side * reuse_slowdown(s.m)) / REFERENCE_ROW_WIDTH
+        projected = (
+            product_work(rows, s.n, s.d_model, s.num_heads * s.d_k)
+            + product_work(rows, s.m, s.d_kv_model, s.num_kv_heads * (s.d_k + s.d_v))
+            + product_work(rows, s.n, s.num_heads * s.d_v, s.d_out)
         )
         attended = score_work(rows * s.num_heads, s.n, s.m, s.d_k, s.d_v, materialized=bool(per_head))
-        computed = projected + attended
+        # Rotary turns every head's query and key rows (the projections, not the layer's inputs).
+        rotated = rows * (s.num_heads * s.n + s.num_kv_heads * s.m) * s.d_k
+        computed = projected + attended + self.rotary_work(n=s.n, m=s.m, d_k=s.d_k, rotated_values=rotated)
         shown = {"heads": s.num_heads * s.n * s.d_v, "q": s.num_heads * s.n * s.d_k}
         shown.update(k=s.num_kv_heads * s.m * s.d_k, v=s.num_kv_heads * s.m * s.d_v)
         answer = (
@@ -157,8 +155,9 @@ class MultiHeadRequest(AttentionOptionFields):
             Bound(held, "a multi-head layer's arrays (projections, heads, output and per-head matrices)"),
             Bound(
                 computed,
-                "a multi-head layer's arithmetic (projection multiply-adds / 128, and every head's scores "
-                "counted as attention counts them, at least 1 each)",
+                "a multi-head layer's arithmetic (each projection's entries, counting inner width / 128 and "
+                "at least 1 each, every head's scores counted as attention counts them, at least 1 each, "
+                "and rotary's tables and rotations)",
                 setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS",
             ),
         )

@@ -38,6 +38,21 @@ SLOW_ANGLE = 2**29
 SLOW_ANGLE_COST = 4
 
 
+def table_entry_cost(largest_position: int) -> int:
+    """Reference scores per sine or cosine at positions up to ``largest_position`` (absolute): more when the
+    angles are large (see :data:`SLOW_ANGLE`)."""
+    return TABLE_COST * (SLOW_ANGLE_COST if largest_position >= SLOW_ANGLE else 1)
+
+
+def rotary_work(*, rotated_values: int, positions: int, dim: int, largest_position: int) -> int:
+    """Rotary embedding's arithmetic in reference scores: its cos and sin tables (``dim / 2`` of each per
+    position, each counting :func:`table_entry_cost`) and the values it rotates (``TABLE_COST`` each: a
+    rotation's products cost the same whatever the angle). Shared by the positional-encoding endpoint and
+    attention's ``rotary`` option, which compute the same tables."""
+    tables = 2 * positions * (dim // 2)
+    return rotated_values * TABLE_COST + tables * table_entry_cost(largest_position)
+
+
 @dataclass(frozen=True)
 class PositionalEncodingResult:
     """``encoding [n, d_model]`` (sinusoidal), or ``output`` like ``x`` and the ``cos``/``sin`` tables."""
@@ -133,7 +148,7 @@ class PositionalEncodingRequest:
         if self.kind == "sinusoidal":
             assert self.d_model is not None
             elements = self.rows * self.d_model
-            computed = elements * self._entry_cost()
+            computed = elements * table_entry_cost(self.largest_position)
             return Work(
                 elements=elements,
                 bounds=(Bound(elements, "a sinusoidal table (n × d_model)"), self._compute_bound(computed)),
@@ -144,7 +159,10 @@ class PositionalEncodingRequest:
         dim = self.x.shape[-1] if self.dim is None else self.dim
         tables = 2 * self.rows * (dim // 2) if self.include else 0
         elements = int(self.x.size) + tables
-        computed = (int(self.x.size) + 2 * self.rows * (dim // 2)) * self._entry_cost()
+        largest = self.largest_position
+        computed = rotary_work(
+            rotated_values=int(self.x.size), positions=self.rows, dim=dim, largest_position=largest
+        )
         return Work(
             elements=elements,
             bounds=(
@@ -154,10 +172,6 @@ class PositionalEncodingRequest:
             answer_elements=elements,
             compute=computed,
         )
-
-    def _entry_cost(self) -> int:
-        """Reference scores per table entry: more when the angles are large (see :data:`SLOW_ANGLE`)."""
-        return TABLE_COST * (SLOW_ANGLE_COST if self.largest_position >= SLOW_ANGLE else 1)
 
     @staticmethod
     def _compute_bound(computed: int) -> Bound:

@@ -50,10 +50,10 @@ def test_narrow_heads_count_one_reference_score_each() -> None:
     # 60 × 8192² = 4.0e9 scores, each at least one reference score (they took 20-26 s of CPU): far over
     work = narrow_heads_layer(8192).work()
     assert compute_bound(work) >= 60 * 8192 * 8192 > COMPUTE_LIMIT
-    # n = 16: 60 × 256 = 15,360 scores count 1 each; the projections 16 × 60 × (1 + 2 + 1) multiply-adds,
-    # in products of 16 rows (full reuse), / 128
+    # n = 16: 60 × 256 = 15,360 scores count 1 each; each projection's entries count 1 each (their inner
+    # widths, 1 and 60, are under 128): q 16 × 60, k and v 16 × 120, the output 16 × 1
     small = narrow_heads_layer(16).work()
-    assert compute_bound(small) == 15_360 + math.ceil(16 * 60 * 4 / 128)
+    assert compute_bound(small) == 15_360 + 16 * (60 + 120 + 1)
     assert small.compute == compute_bound(small)
     # elements is what the layer holds, which admission reserves memory for: the projections (16 × 60 for q,
     # twice that for k and v, twice for the heads and their concatenation) and the output (16 × 1)
@@ -75,8 +75,8 @@ def test_the_issues_narrow_heads_body_is_a_413_naming_the_compute_limit(client: 
     problem = response.get_json()
     assert problem["type"].endswith("work-too-large")
     assert "(MAX_OUTPUT_ONLY_WORK_ELEMENTS)" in problem["detail"]
-    # what was needed: one reference score per score at least, and the projections' multiply-adds / 128
-    assert f"{60 * n * n + math.ceil(n * 60 * 4 / 128):,}" in problem["detail"]
+    # what was needed: one reference score per score and per projected entry at least
+    assert f"{60 * n * n + n * (60 + 120 + 1):,}" in problem["detail"]
 
 
 def test_score_work_counts_width_and_the_slowdown_of_small_blocks() -> None:
@@ -145,6 +145,76 @@ def test_positions_past_2_to_the_29_cost_four_times_as_much_and_are_bounded(clie
     response = client.post("/v1/positional-encoding", json=body)  # 2 × 4,194,306 × 8: just over the limit
     assert response.status_code == 413
     assert "MAX_OUTPUT_ONLY_WORK_ELEMENTS" in response.get_json()["detail"]
+
+
+def test_rotary_on_attention_counts_its_tables_as_positional_encoding_does() -> None:
+    # q [3, 4] and k [5, 4] at the default positions (queries the last 3 of 5): 15 scores, 1 each; rotary's
+    # tables at 3 + 5 positions × 2 angles, cos and sin, 2 each; the 12 + 20 rotated values, 2 each
+    plain = AttentionRequest(query=ones(3, 4), key=ones(5, 4), value=ones(5, 1), include=frozenset())
+    rotated = AttentionRequest(
+        query=ones(3, 4), key=ones(5, 4), value=ones(5, 1), include=frozenset(), rotary={}
+    )
+    assert plain.work().compute == 15
+    assert rotated.work().compute == 15 + 8 * 2 * 2 * 2 + (12 + 20) * 2 == compute_bound(rotated.work())
+    # Past position 2^29 each table entry costs 4 times as much (the rotations do not): here the keys' last
+    far = AttentionRequest(
+        query=ones(3, 4),
+        key=ones(5, 4),
+        value=ones(5, 1),
+        include=frozenset(),
+        rotary={"key_offset": 2**29 - 4},
+    )
+    assert far.work().compute == 15 + 8 * 2 * 2 * 2 * 4 + (12 + 20) * 2
+
+
+def test_rotary_at_large_positions_is_bounded() -> None:
+    # A review's requests (arrays broadcast here: nothing allocated). Attention, q [1, 4096], k [2048, 4096]
+    # with keys from position 2^40: 524,416 reference scores before, and 1.24 s of CPU (the sines and cosines
+    # of 2049 × 2048 large angles).
+    attention = AttentionRequest(
+        query=np.broadcast_to(1.0, (1, 4096)),
+        key=np.broadcast_to(1.0, (2048, 4096)),
+        value=np.broadcast_to(1.0, (2048, 1)),
+        include=frozenset(),
+        rotary={"key_offset": 2**40},
+    )
+    assert compute_bound(attention.work()) > COMPUTE_LIMIT
+    # The layer projecting 1900 keys of width 1 to one head of 8192, rotated at 2^40: 1,095,046 before
+    # (estimated at 0.03 s, so computed on the worker's loop), and 2.4 s of CPU, /livez 2.5 s late.
+    layer = MultiHeadRequest(
+        query=ones(1, 1),
+        key=np.broadcast_to(1.0, (1900, 1)),
+        value=np.broadcast_to(1.0, (1900, 1)),
+        w_q=np.broadcast_to(1e-3, (1, 8192)),
+        w_k=np.broadcast_to(1e-3, (1, 8192)),
+        w_v=ones(1, 1),
+        w_o=ones(1, 1),
+        num_heads=1,
+        include=frozenset(),
+        rotary={"key_offset": 2**40, "query_offset": 2**40},
+    )
+    assert compute_bound(layer.work()) > COMPUTE_LIMIT
+
+
+def test_a_narrow_projection_counts_each_entry_at_least_once() -> None:
+    # key [1900, 1] projected by w_k [1, 8192]: 15.6 million entries of one multiply-add each, bound by
+    # writing them (0.28 s of CPU), had counted 1/128 each (estimated 0.03 s, so computed on the loop)
+    layer = MultiHeadRequest(
+        query=ones(1, 1),
+        key=ones(1900, 1),
+        value=ones(1900, 1),
+        w_q=ones(1, 8192),
+        w_k=ones(1, 8192),
+        w_v=ones(1, 1),
+        w_o=ones(1, 1),
+        num_heads=1,
+        include=frozenset(),
+    )
+    # projections: q 1 × 8192, k 1900 × 8192 and v 1900 × 1 entries (1 each), the output 1 × 1 (1 / 128 × 8
+    # for a product of one row: 1); the 1900 scores count (8192 + 1) / 128 × 8 each (one query row)
+    scores = math.ceil(1900 * (8193 / 128 * 8))
+    assert layer.work().compute == 8192 + 1900 * 8193 + 1 + scores
+    assert layer.work().estimated_cpu_seconds > 0.3
 
 
 @pytest.mark.parametrize(
