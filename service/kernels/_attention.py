@@ -402,6 +402,8 @@ def attention(
     scale = 1.0 / math.sqrt(shapes.d_k) if scale is None else scale
     if abs(scale) > LARGEST[float_dtype]:  # checked first: the float32 cast would give inf
         raise overflow_error(f"the scale {scale:g}", float_dtype, field="scale")
+    if softcap is not None and softcap > LARGEST[float_dtype]:  # likewise (its scores would be inf / inf)
+        raise overflow_error(f"the softcap {softcap:g}", float_dtype, field="softcap")
 
     if shapes.single_query:
         # Internally a single query is one row; the axis is dropped again from every output.
@@ -430,7 +432,8 @@ def attention(
     plan = AttentionPlan(
         shapes=core,
         dtype=float_dtype,
-        # A scale that underflows to 0 in float32 is kept: all scores 0 (plus bias) is the float32 answer.
+        # A scale that underflows to 0 in float32 is kept: all scores 0 (plus bias) is the float32 answer;
+        # so is a softcap that does (every capped score lies within ±softcap), which _attend_block gives.
         scale=float_dtype.type(scale),
         softcap=None if softcap is None else float_dtype.type(softcap),
         offset=offset,
@@ -727,7 +730,9 @@ def _attend_block(
     if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
         scores = np.broadcast_to(scores, block_shape).copy()
     scores *= plan.scale
-    if plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
+    if plan.softcap == 0:  # underflowed to 0 in float32: ±0 bounds every score (0 / 0 would be NaN)
+        scores.fill(0.0)
+    elif plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
         scores /= plan.softcap
         np.tanh(scores, out=scores)
         scores *= plan.softcap

@@ -79,6 +79,7 @@ BASE = {
         ({"enable_gqa": True, "window": [1]}, "window"),
         ({"enable_gqa": True, "softcap": 0}, "softcap"),
         ({"enable_gqa": True, "softcap": -2.5}, "softcap"),
+        ({"enable_gqa": True, "softcap": 1e39, "precision": "float32"}, "softcap"),  # past float32's range
         ({"enable_gqa": True, "rotary": {"dim": 3}}, "rotary.dim"),
         ({"enable_gqa": True, "rotary": {"dim": 6}}, "rotary.dim"),
         ({"enable_gqa": True, "rotary": {"style": "spiral"}}, "rotary.style"),

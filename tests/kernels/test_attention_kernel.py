@@ -533,3 +533,50 @@ def test_a_scale_that_underflows_float32_gives_uniform_weights() -> None:
     np.testing.assert_allclose(result.logsumexp, math.log(4), rtol=1e-6)
     double = attention(query, key, value, AttentionOptions(mask=mask, scale=1e-50))
     np.testing.assert_allclose(result.output, double.output, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("softcap", [3.5e38, 1e39, 1e308])
+def test_a_softcap_beyond_float32_is_blamed(softcap: float) -> None:
+    # It was cast to inf: inf / inf made the scores NaN, and the 422 blamed alibi_slopes, never sent.
+    with pytest.raises(NumericalOverflowError) as raised:
+        attention(
+            [0.0, 1.0],
+            [[1.0, 0.0], [0.0, 1.0]],
+            [[6.0, 0.0], [0.0, 3.0]],
+            AttentionOptions(softcap=softcap),
+            dtype=np.float32,
+        )
+    assert raised.value.field == "softcap"
+    assert "softcap" in raised.value.message
+    assert "float64" in raised.value.message
+    # float64 holds it: a cap that large changes nothing (the worked example's weights)
+    double = attention(
+        [0.0, 1.0],
+        [[1.0, 0.0], [0.0, 1.0]],
+        [[6.0, 0.0], [0.0, 3.0]],
+        AttentionOptions(softcap=softcap),
+        include={"weights"},
+    )
+    assert double.weights is not None
+    np.testing.assert_allclose(double.weights, [0.3302, 0.6698], atol=5e-5)
+
+
+@pytest.mark.parametrize("softcap", [1e-300, 1e-46])
+def test_a_softcap_that_underflows_float32_gives_uniform_weights(softcap: float) -> None:
+    # 0 in float32: every capped score lies within ±0. A zero score (the worked example's first) gave 0 / 0.
+    query, key, value = (
+        [0.0, 1.0],
+        [[1.0, 0.0], [0.0, 1.0], [2.0, -3.0]],
+        [[6.0, 0.0], [0.0, 3.0], [3.0, 3.0]],
+    )
+    mask = [True, True, False]
+    result = attention(
+        query, key, value, AttentionOptions(softcap=softcap, mask=mask), include={"weights"}, dtype=np.float32
+    )
+    assert result.weights is not None
+    np.testing.assert_allclose(result.weights, [0.5, 0.5, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(result.output, [3.0, 1.5], rtol=1e-6)
+    # float64 computes the cap itself: scores within ±1e-300 (or ±1e-46) of 0 round to the same weights
+    double = attention(query, key, value, AttentionOptions(softcap=softcap, mask=mask), include={"weights"})
+    assert double.weights is not None
+    np.testing.assert_allclose(double.weights, [0.5, 0.5, 0.0], rtol=1e-12)

@@ -758,6 +758,21 @@ def test_grouped_heads_alibi_and_softcap_on_v2_equal_v1(client: FlaskClient) -> 
         assert_same(v2[name], as_v1(v1[name]))
 
 
+def test_a_softcap_past_float32_is_a_422_naming_softcap_on_v2(client: FlaskClient) -> None:
+    # FP32 inputs compute in float32, where 1e39 is inf: refused by name, as a scale would be (it was a
+    # 422 blaming alibi_slopes, which the request never sent).
+    arrays = {"query": np.array([0.0, 1.0]), "key": np.eye(2), "value": np.array([[6.0, 0.0], [0.0, 3.0]])}
+    response = client.post(
+        "/v2/models/attention/infer",
+        json={
+            "inputs": [json_tensor(name, array, "FP32") for name, array in arrays.items()],
+            "parameters": {"softcap": 1e39},
+        },
+    )
+    problem = assert_problem(response, 422, field="softcap")
+    assert problem["error"] == problem["detail"]
+
+
 def test_an_overflow_is_the_same_problem_on_v2_as_on_v1(client: FlaskClient) -> None:
     # /v2 has no rotary (an object, not a scalar parameter): it is refused by name; an overflow of the
     # scores is /v1's numerical-overflow problem, member for member, plus the protocol's error.
