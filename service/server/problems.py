@@ -42,6 +42,9 @@ def problem_bytes(
             "status": status,
             "detail": detail or reason,
             "request_id": request_id,
+            # The Open Inference Protocol's member, which the app adds on /v2: the server writes these before
+            # (or without) knowing the path, and a /v2 client reads only this one.
+            "error": detail or reason,
         }
     ).encode()
     every_origin = [o.strip() for o in os.environ.get("CORS_ORIGINS", "*").split(",") if o.strip()] == ["*"]

@@ -386,6 +386,17 @@ def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_director
         assert recycling.terminate() == 0, recycling.log()
 
 
+def test_gunicorns_own_errors_carry_the_open_inference_protocols_error_member(server: Server) -> None:
+    # The app adds it on /v2; what gunicorn refuses before the app runs had only the problem's members, so a
+    # /v2 client (tritonclient reads "error") saw no message.
+    head = b"POST /v2/models/attention/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    status, _, body = exchange(server, head + b"Content-Length: -5\r\n\r\n")
+    assert status == 400
+    problem = json.loads(body)
+    assert problem["error"] == problem["detail"]
+    assert "CONTENT-LENGTH" in problem["detail"]
+
+
 def test_gunicorns_own_errors_carry_a_request_id_cors_and_a_log_line_and_are_counted(server: Server) -> None:
     counted = 'attention_http_requests_total{endpoint="<unmatched>",method="other",status="414"}'
     before = server.sample(counted)
