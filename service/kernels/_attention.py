@@ -412,7 +412,7 @@ def attention(
         b = None if b is None or b.ndim == 0 else b[..., np.newaxis, :]
     offset = position_offset(shapes.n, shapes.m, causal_alignment)
     if rotary is not None:
-        q, k = rotate_rows(q, k, rotary, offset=offset, dtype=float_dtype)
+        q, k = rotate_rows(q, k, rotary, alignment=causal_alignment, dtype=float_dtype)
     band = Band.build(n=shapes.n, m=shapes.m, causal=causal, alignment=causal_alignment, window=window)
     empty_indices = _empty_rows(shapes, band, visible, policy=options.empty_rows, window=window)
 
@@ -471,12 +471,13 @@ def check_window(window: Sequence[int | None]) -> tuple[int | None, int | None]:
 
 
 def rotate_rows(
-    q: FloatArray, k: FloatArray, rotary: Rotary, *, offset: int, dtype: FloatDType
+    q: FloatArray, k: FloatArray, rotary: Rotary, *, alignment: CausalAlignment, dtype: FloatDType
 ) -> tuple[FloatArray, FloatArray]:
-    """The query and key rows with rotary embedding, at positions that follow the causal alignment."""
+    """The query rows ``q [..., n, d_k]`` and key rows ``k [..., m, d_k]`` with rotary embedding, at
+    positions that follow the causal ``alignment`` unless the option places them."""
     n, m = q.shape[-2], k.shape[-2]
     dim, base = check_rotary(rotary, q.shape[-1])
-    query_offset, key_offset = rotary.offsets(offset)
+    query_offset, key_offset = rotary.offsets(n, m, alignment)
     check_positions_from(query_offset, n, field="rotary.query_offset")
     check_positions_from(key_offset, m, field="rotary.key_offset")
     query_positions = np.arange(n, dtype=np.float64) + query_offset

@@ -36,8 +36,6 @@ from service.kernels._common import (
     resolve_float_dtype,
 )
 from service.kernels._errors import KernelError, ShapeError, format_shape
-from service.kernels._positions import Rotary
-from service.kernels._visibility import CausalAlignment, position_offset
 
 # What a layer call can return beside its output (``include``): the per-head weights, scores and outputs,
 # and the projections q, k, v as the scores used them.
@@ -297,7 +295,13 @@ def multi_head_attention(
     q = _project(x_q, wq, bq, shapes.num_heads, fields=("query", "w_q", "b_q"), dtype=float_dtype)
     k = _project(x_k, wk, bk, shapes.num_kv_heads, fields=(key_field, "w_k", "b_k"), dtype=float_dtype)
     v = _project(x_v, wv, bv, shapes.num_kv_heads, fields=(value_field, "w_v", "b_v"), dtype=float_dtype)
-    per_head = options if options.enable_gqa else dataclasses.replace(options, enable_gqa=True)
+    if options.rotary is not None:
+        # Rotated here rather than by attention: the rows shown under include q and k are the rotated ones,
+        # and rotating them again for that computed the tables twice (the request's work counts them once).
+        q, k = rotate_rows(q, k, options.rotary, alignment=options.causal_alignment, dtype=float_dtype)
+    per_head = options
+    if not options.enable_gqa or options.rotary is not None:
+        per_head = dataclasses.replace(options, enable_gqa=True, rotary=None)
     # cast: the names are checked above, and weights and scores are attention's outputs too.
     per_head_outputs = cast("frozenset[AttentionOutput]", outputs & {"weights", "scores"})
     result = attention(q, k, v, per_head, include=per_head_outputs, dtype=float_dtype)
@@ -306,8 +310,6 @@ def multi_head_attention(
         *heads.shape[:-3], shapes.n, shapes.num_heads * shapes.d_v
     )
     output = linear(concatenated, wo, bo, field="w_o", dtype=float_dtype, bias_field="b_o")
-    if outputs & {"q", "k"} and options.rotary is not None:
-        q, k = _rotated_projections(q, k, options.rotary, options.causal_alignment)
     return MultiHeadResult(
         output=output,
         weights=result.weights,
@@ -338,12 +340,3 @@ def _project(
     split = projected.reshape(*projected.shape[:-2], rows, heads, width // heads)
     # cast: the stubs lose a float32-or-float64 union through ascontiguousarray; the dtype is unchanged.
     return cast("FloatArray", np.ascontiguousarray(np.swapaxes(split, -3, -2)))
-
-
-def _rotated_projections(
-    q: FloatArray, k: FloatArray, rotary: Rotary, alignment: CausalAlignment
-) -> tuple[FloatArray, FloatArray]:
-    """The projected query and key rows as attention rotated them (the same helper, the same positions)."""
-    offset = position_offset(q.shape[-2], k.shape[-2], alignment)
-    dtype = resolve_float_dtype(q.dtype)
-    return rotate_rows(q, k, rotary, offset=offset, dtype=dtype)

@@ -25,6 +25,7 @@ from service.kernels._common import (
     resolve_float_dtype,
 )
 from service.kernels._errors import KernelError, ShapeError, format_shape
+from service.kernels._visibility import CausalAlignment, position_offset
 
 RotaryStyle = Literal["half", "interleaved"]
 DEFAULT_BASE = 10000.0
@@ -107,11 +108,11 @@ class Rotary:
     query_offset: int | None = None
     key_offset: int | None = None
 
-    def offsets(self, causal_offset: int) -> tuple[int, int]:
-        """The positions of query row 0 and key row 0: the offsets given, else ``causal_offset`` (the key
-        position of query row 0 under the causal alignment) for the queries and 0 for the keys."""
+    def offsets(self, n: int, m: int, alignment: CausalAlignment) -> tuple[int, int]:
+        """The positions of query row 0 and key row 0 for ``n`` queries over ``m`` keys: the offsets given,
+        else the key position of query row 0 under the causal ``alignment`` and 0."""
         return (
-            causal_offset if self.query_offset is None else self.query_offset,
+            position_offset(n, m, alignment) if self.query_offset is None else self.query_offset,
             0 if self.key_offset is None else self.key_offset,
         )
 

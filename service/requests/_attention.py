@@ -25,7 +25,6 @@ from service.kernels import (
     check_window,
     rows_per_block,
 )
-from service.kernels._visibility import position_offset
 from service.requests._common import (
     PRECISIONS,
     AnyArray,
@@ -154,18 +153,20 @@ class AttentionOptionFields:
         )
         object.__setattr__(self, "options", options)
 
-    def rotary_work(self, *, n: int, m: int, d_k: int, rotated_values: int) -> int:
+    def rotary_option_work(self, *, n: int, m: int, d_k: int, rotated_values: int) -> int:
         """What the ``rotary`` option computes, in reference scores (0 without it): its tables at the ``n``
         query and ``m`` key positions and the ``rotated_values`` (the query and key rows it rotates), counted
-        as the positional-encoding endpoint counts the same tables (:func:`rotary_work`), large positions
+        as the positional-encoding endpoint counts the same tables (:func:`rotary_work`), large angles
         included."""
         if not isinstance(self.rotary, Rotary):
             return 0
-        dim, _ = check_rotary(self.rotary, d_k)
-        query_offset, key_offset = self.rotary.offsets(position_offset(n, m, self.causal_alignment))
+        dim, base = check_rotary(self.rotary, d_k)
+        query_offset, key_offset = self.rotary.offsets(n, m, self.causal_alignment)
         ends = (query_offset, query_offset + n - 1, key_offset, key_offset + m - 1)
         largest = max(abs(position) for position in ends)
-        return rotary_work(rotated_values=rotated_values, positions=n + m, dim=dim, largest_position=largest)
+        return rotary_work(
+            rotated_values=rotated_values, positions=n + m, dim=dim, base=base, largest_position=largest
+        )
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ class AttentionRequest(AttentionOptionFields):
             shapes.d_k,
             shapes.d_v,
             materialized=bool(held_matrices),
-        ) + self.rotary_work(
+        ) + self.rotary_option_work(
             n=shapes.n, m=shapes.m, d_k=shapes.d_k, rotated_values=int(self.query.size + self.key.size)
         )
         compute = Bound(computed, _SCORE_ARITHMETIC, setting="MAX_OUTPUT_ONLY_WORK_ELEMENTS")

@@ -145,7 +145,8 @@ class MultiHeadRequest(AttentionOptionFields):
         attended = score_work(rows * s.num_heads, s.n, s.m, s.d_k, s.d_v, materialized=bool(per_head))
         # Rotary turns every head's query and key rows (the projections, not the layer's inputs).
         rotated = rows * (s.num_heads * s.n + s.num_kv_heads * s.m) * s.d_k
-        computed = projected + attended + self.rotary_work(n=s.n, m=s.m, d_k=s.d_k, rotated_values=rotated)
+        rotary = self.rotary_option_work(n=s.n, m=s.m, d_k=s.d_k, rotated_values=rotated)
+        computed = projected + attended + rotary
         shown = {"heads": s.num_heads * s.n * s.d_v, "q": s.num_heads * s.n * s.d_k}
         shown.update(k=s.num_kv_heads * s.m * s.d_k, v=s.num_kv_heads * s.m * s.d_v)
         answer = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
@@ -32,25 +33,31 @@ D_MODEL = Range(minimum=2)
 # Each table entry is a sine or cosine (rotary applies two per rotated pair): a reference score or two each.
 TABLE_COST = 2
 # NumPy's float64 sine and cosine reduce arguments past about 1e9 the slow way (70-77 ns a call here, against
-# 20): an angle is a position times at most 1 (the first frequency, base^0), so positions from this one on
-# cost this many times more. Two positions near 2^53 and d_model 8,388,608 took 1.3-2.2 s of CPU.
+# 20), so angles from this one on cost this many times more. Two positions near 2^53 and d_model 8,388,608
+# took 1.3-2.2 s of CPU; so did a base of 1e-300, whose frequencies reach 1e300 from position 1.
 SLOW_ANGLE = 2**29
 SLOW_ANGLE_COST = 4
 
 
-def table_entry_cost(largest_position: int) -> int:
-    """Reference scores per sine or cosine at positions up to ``largest_position`` (absolute): more when the
-    angles are large (see :data:`SLOW_ANGLE`)."""
-    return TABLE_COST * (SLOW_ANGLE_COST if largest_position >= SLOW_ANGLE else 1)
+def table_entry_cost(largest_position: int, *, base: float, dim: int) -> int:
+    """Reference scores per sine or cosine of the angles ``position · base^(−2i/dim)``, ``i < dim / 2``, at
+    positions up to ``largest_position`` (absolute): more once an angle can reach :data:`SLOW_ANGLE`. The
+    largest frequency is 1 (i = 0) for a base of 1 or more, else ``base^(−(dim − 2)/dim)``."""
+    if base >= 1 or largest_position == 0:
+        slow = largest_position >= SLOW_ANGLE  # exact for any position: no float rounding at the boundary
+    else:  # in logarithms: the frequency alone may be beyond float64 (a base of 5e-324)
+        largest_log = math.log(largest_position) - (dim - 2) / dim * math.log(base)
+        slow = largest_log >= math.log(SLOW_ANGLE)
+    return TABLE_COST * (SLOW_ANGLE_COST if slow else 1)
 
 
-def rotary_work(*, rotated_values: int, positions: int, dim: int, largest_position: int) -> int:
+def rotary_work(*, rotated_values: int, positions: int, dim: int, base: float, largest_position: int) -> int:
     """Rotary embedding's arithmetic in reference scores: its cos and sin tables (``dim / 2`` of each per
     position, each counting :func:`table_entry_cost`) and the values it rotates (``TABLE_COST`` each: a
     rotation's products cost the same whatever the angle). Shared by the positional-encoding endpoint and
     attention's ``rotary`` option, which compute the same tables."""
     tables = 2 * positions * (dim // 2)
-    return rotated_values * TABLE_COST + tables * table_entry_cost(largest_position)
+    return rotated_values * TABLE_COST + tables * table_entry_cost(largest_position, base=base, dim=dim)
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,7 @@ class PositionalEncodingRequest:
         if self.kind == "sinusoidal":
             assert self.d_model is not None
             elements = self.rows * self.d_model
-            computed = elements * table_entry_cost(self.largest_position)
+            computed = elements * table_entry_cost(self.largest_position, base=self.base, dim=self.d_model)
             return Work(
                 elements=elements,
                 bounds=(Bound(elements, "a sinusoidal table (n × d_model)"), self._compute_bound(computed)),
@@ -161,7 +168,11 @@ class PositionalEncodingRequest:
         elements = int(self.x.size) + tables
         largest = self.largest_position
         computed = rotary_work(
-            rotated_values=int(self.x.size), positions=self.rows, dim=dim, largest_position=largest
+            rotated_values=int(self.x.size),
+            positions=self.rows,
+            dim=dim,
+            base=self.base,
+            largest_position=largest,
         )
         return Work(
             elements=elements,

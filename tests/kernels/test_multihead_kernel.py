@@ -18,6 +18,7 @@ from service.kernels import (
     multi_head_attention,
     multi_head_shapes,
 )
+from service.kernels import _attention as kernel_attention
 from tests.layer_references import layer_cases, reference_for_layer
 
 
@@ -136,3 +137,55 @@ def test_projections_rotated_beyond_the_float_range_are_an_overflow(return_proje
             include={"q", "k", "v"} if return_projections else (),
         )
     assert error.value.field == "query"
+
+
+def test_rotary_tables_are_computed_once_when_the_rotated_projections_are_shown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Shown under include q and k, the rotated rows were rotated a second time after attention: every sine and
+    # cosine table computed twice, which the request's work counts once.
+    calls: list[int] = []
+    real_tables_at = kernel_attention.tables_at
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[0]))  # the positions
+        return real_tables_at(*args, **kwargs)
+
+    monkeypatch.setattr(kernel_attention, "tables_at", counted)
+    rng = np.random.default_rng(5)
+    weights = MultiHeadWeights(
+        w_q=rng.normal(size=(4, 4)),
+        w_k=rng.normal(size=(4, 4)),
+        w_v=rng.normal(size=(4, 4)),
+        w_o=np.eye(4),
+        num_heads=2,
+    )
+    x = rng.normal(size=(3, 4))
+    shown = multi_head_attention(
+        x, weights=weights, options=AttentionOptions(rotary=Rotary()), include={"q", "k"}
+    )
+    assert calls == [3, 3]  # the query positions, then the key positions: once each
+    calls.clear()
+    plain = multi_head_attention(x, weights=weights, options=AttentionOptions(rotary=Rotary()))
+    assert calls == [3, 3]
+    np.testing.assert_array_equal(shown.output, plain.output)
+    # q as the scores used it: the projection rotated at positions 0, 1, 2 (row 0 unturned)
+    assert shown.q is not None
+    projected = (x @ weights.w_q).reshape(3, 2, 2).swapaxes(0, 1)
+    np.testing.assert_allclose(shown.q[:, 0], projected[:, 0], rtol=1e-12)
+    angle = 1.0  # position 1, the first of d_k / 2 = 1 frequencies
+    expected = projected[:, 1] @ np.array([[np.cos(angle), np.sin(angle)], [-np.sin(angle), np.cos(angle)]])
+    np.testing.assert_allclose(shown.q[:, 1], expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("softcap", "field"), [(1e39, "softcap")])
+def test_a_softcap_beyond_float32_is_blamed_in_the_layer(softcap: float, field: str) -> None:
+    eye = np.eye(2)
+    with pytest.raises(NumericalOverflowError) as error:
+        multi_head_attention(
+            [[0.0, 1.0], [1.0, 0.0]],
+            weights=MultiHeadWeights(w_q=eye, w_k=eye, w_v=eye, w_o=eye, num_heads=1),
+            options=AttentionOptions(softcap=softcap),
+            dtype=np.float32,
+        )
+    assert error.value.field == field

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flask.testing import FlaskClient
 
+from service.kernels import CausalAlignment, Rotary
 from service.requests import (
     AttentionRequest,
     LikelihoodRequest,
@@ -165,6 +166,36 @@ def test_rotary_on_attention_counts_its_tables_as_positional_encoding_does() -> 
         rotary={"key_offset": 2**29 - 4},
     )
     assert far.work().compute == 15 + 8 * 2 * 2 * 2 * 4 + (12 + 20) * 2
+
+
+def test_a_base_under_1_makes_large_angles_at_small_positions() -> None:
+    # The frequencies are base^(-2i/dim): under 1, the largest is base^(-(dim - 2)/dim), not 1. A base of
+    # 1e-300 put every angle past 2^29 from position 1 (a sinusoidal table of 32,768 × 512 took 1.1-1.4 s of
+    # CPU, estimated at 1.0 s): each entry counts 8, as past position 2^29.
+    table = PositionalEncodingRequest(kind="sinusoidal", length=4, d_model=6, base=1e-300).work()
+    assert table.compute == 24 * 8
+    # base 0.5 and dim 64: the largest frequency is 0.5^(-62/64) = 1.96, so position 2^28 + 2^25 passes 2^29
+    near = {"query": ones(1, 64), "key": ones(2, 64), "value": ones(2, 1), "include": frozenset()}
+    rotary = {"base": 0.5, "key_offset": 2**28 + 2**25}
+    slow = AttentionRequest(**near, rotary=rotary).work().compute
+    fast = AttentionRequest(**near, rotary={**rotary, "base": 10_000.0}).work().compute
+    tables = 2 * 3 * 32  # 3 positions, 32 frequencies, cos and sin
+    assert slow - fast == tables * (8 - 2)
+    assert fast == math.ceil(2 * 65 / 128 * 8) + tables * 2 + (64 + 128) * 2
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "alignment", "offsets", "expected"),
+    [
+        (3, 10, "lower_right", {}, (7, 0)),  # the queries are the last 3 of 10 positions
+        (3, 10, "upper_left", {}, (0, 0)),
+        (3, 10, "lower_right", {"query_offset": -5, "key_offset": 2}, (-5, 2)),
+    ],
+)
+def test_rotary_places_its_rows_by_the_causal_alignment_unless_told(
+    n: int, m: int, alignment: CausalAlignment, offsets: dict[str, int], expected: tuple[int, int]
+) -> None:
+    assert Rotary(**offsets).offsets(n, m, alignment) == expected
 
 
 def test_rotary_at_large_positions_is_bounded() -> None:
