@@ -732,7 +732,8 @@ def _attend_block(
         scores = np.broadcast_to(scores, block_shape).copy()
     scores *= plan.scale
     if plan.softcap == 0:  # underflowed to 0 in float32: ±0 bounds every score (0 / 0 would be NaN)
-        scores.fill(0.0)
+        # A NaN stays: it comes from an input beyond the dtype's range (0 · inf), which the check blames.
+        np.copyto(scores, 0.0, where=~np.isnan(scores))
     elif plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
         scores /= plan.softcap
         np.tanh(scores, out=scores)

@@ -580,3 +580,16 @@ def test_a_softcap_that_underflows_float32_gives_uniform_weights(softcap: float)
     double = attention(query, key, value, AttentionOptions(softcap=softcap, mask=mask), include={"weights"})
     assert double.weights is not None
     np.testing.assert_allclose(double.weights, [0.5, 0.5, 0.0], rtol=1e-12)
+
+
+def test_an_underflowed_softcap_keeps_the_nan_of_a_key_beyond_float32() -> None:
+    # 1e39 is inf in float32, and 0 · inf is NaN: the 0 bound must not hide it (it was served: [3, 1.5]).
+    with pytest.raises(NumericalOverflowError) as raised:
+        attention(
+            [0.0, 1.0],
+            [[1e39, 1.0], [0.0, 1.0]],
+            [[6.0, 0.0], [0.0, 3.0]],
+            AttentionOptions(softcap=1e-46),
+            dtype=np.float32,
+        )
+    assert raised.value.field == "key"
