@@ -131,6 +131,7 @@ def test_plain_http_to_the_tls_port_is_a_400_that_says_so(server: Server) -> Non
     problem = json.loads(answer.body)
     assert problem["status"] == 400
     assert "https://" in problem["detail"]
+    assert problem["error"] == problem["detail"]  # the Open Inference Protocol's member, as gunicorn's errors
     assert problem["request_id"] == answer.headers["x-request-id"]
     server.wait_for(
         lambda: any(f'"request_id":"{problem["request_id"]}"' in line for line in list(server.stdout)),
