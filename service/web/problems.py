@@ -281,8 +281,23 @@ def _relative_redirects(request: Request, g: RequestGlobals) -> None:
         raise Problem(redirect.code, f"This resource is at {location}.", headers={"Location": location})
 
 
+def _require_host(request: Request, g: RequestGlobals) -> None:
+    """An HTTP/1.1 request without a ``Host`` header is a 400 (RFC 9112 section 3.2: a server MUST refuse
+    it); gunicorn refuses two of them, and HTTP/1.0 may leave it out."""
+    environ = request.environ
+    if "HTTP_HOST" not in environ and environ.get("SERVER_PROTOCOL") == "HTTP/1.1":
+        raise header_problem(
+            400,
+            "Host",
+            "an HTTP/1.1 request must say which host it is for (RFC 9112, section 3.2).",
+            slug="missing-host",
+            title="Missing Host",
+        )
+
+
 def register_error_handlers(app: Flask) -> None:
     """Route every exception to problem+json; unexpected ones are logged and hidden behind a 500."""
+    request_steps(app).add_before(_require_host)
     request_steps(app).add_before(_relative_redirects)
     app.register_error_handler(Problem, problem_response)
     app.register_error_handler(KernelError, lambda e: problem_response(problem_from_kernel_error(e)))

@@ -388,6 +388,18 @@ def test_recycled_workers_keep_their_counts_and_do_not_grow_the_metrics_director
         assert recycling.terminate() == 0, recycling.log()
 
 
+def test_an_http_1_1_request_without_host_is_a_400_naming_it(server: Server) -> None:
+    # RFC 9112 section 3.2: a server MUST answer 400 to an HTTP/1.1 request without Host. It was served.
+    status, _, body = exchange(server, b"GET /livez HTTP/1.1\r\n\r\n")
+    assert status == 400, body
+    problem = json.loads(body)
+    assert problem["type"].endswith("missing-host")
+    assert list(problem["errors"]) == ["Host"]
+    # HTTP/1.0 may leave it out; with it, HTTP/1.1 is served
+    assert exchange(server, b"GET /livez HTTP/1.0\r\n\r\n")[0] == 200
+    assert exchange(server, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
+
+
 def test_gunicorns_own_errors_carry_the_open_inference_protocols_error_member(server: Server) -> None:
     # The app adds it on /v2; what gunicorn refuses before the app runs had only the problem's members, so a
     # /v2 client (tritonclient reads "error") saw no message.
