@@ -54,6 +54,41 @@ def model_names(triton: Any) -> list[str]:
 # ---- model configuration and the repository index ----
 
 
+@pytest.mark.parametrize(
+    ("call", "extension"),
+    [
+        (lambda triton: triton.load_model("softmax"), "model_repository"),
+        (lambda triton: triton.unload_model("softmax"), "model_repository"),
+        (lambda triton: triton.get_system_shared_memory_status(), "system_shared_memory"),
+        (lambda triton: triton.register_system_shared_memory("r", "/r", 24), "system_shared_memory"),
+        (lambda triton: triton.get_cuda_shared_memory_status(), "cuda_shared_memory"),
+        (lambda triton: triton.get_trace_settings(), "trace"),
+        (lambda triton: triton.get_trace_settings(model_name="softmax"), "trace"),
+        (lambda triton: triton.get_log_settings(), "logging"),
+    ],
+)
+def test_tritons_extensions_this_server_lacks_are_named_in_a_404(
+    triton: Any, call: Any, extension: str
+) -> None:
+    # They were werkzeug's "The requested URL was not found on the server. If you entered the URL manually…"
+    with pytest.raises(InferenceServerException) as refused:
+        call(triton)
+    assert refused.value.status() == "404"
+    assert f"does not implement Triton's {extension}" in refused.value.message()
+    assert "binary_tensor_data" in refused.value.message()  # and which it has
+
+
+def test_a_shared_memory_input_is_refused_naming_shared_memory(triton: Any) -> None:
+    # It was told it had neither data nor binary_data_size.
+    logits = tritonclient_http.InferInput("logits", [3], "FP64")
+    logits.set_shared_memory("region", 24)
+    with pytest.raises(InferenceServerException) as refused:
+        triton.infer("softmax", [logits])
+    assert refused.value.status() == "422"
+    assert "shared_memory_" in refused.value.message()
+    assert "no shared memory" in refused.value.message()
+
+
 def test_the_repository_index_lists_every_model_ready(triton: Any, model_names: list[str]) -> None:
     index = triton.get_model_repository_index()
     assert {"attention", "softmax", "log-likelihood", "sample"} <= set(model_names)

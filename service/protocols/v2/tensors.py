@@ -143,6 +143,15 @@ def decode_inputs(
         parameters = tensor.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
             raise malformed("parameters must be an object.", field=name)
+        unsupported = sorted(set(parameters or ()) - {"binary_data_size"})
+        if unsupported:
+            # Ignoring it would compute on something else than meant: tritonclient's shared-memory inputs
+            # (shared_memory_region) had been answered from their JSON data, or told they had none.
+            raise invalid(
+                f"has parameter {unsupported[0][:60]!r}, which this server does not support (it has no "
+                "shared memory): an input takes only binary_data_size.",
+                field=name,
+            )
         size = None if parameters is None else parameters.get("binary_data_size")
         if size is not None:
             if "data" in tensor:
@@ -237,6 +246,16 @@ def _binary_tensor(
     return array
 
 
+def _nested_deeper_than(data: object, rank: int) -> bool:
+    """Whether ``data``'s first entries nest lists more than ``rank`` deep (looks at most rank + 1 deep)."""
+    probe = data
+    for _ in range(rank + 1):
+        if not isinstance(probe, list) or not probe:
+            return False
+        probe = probe[0]
+    return True
+
+
 def _json_tensor(
     data: object, shape: tuple[int, ...], count: int, datatype: str, dtype: np.dtype[Any], name: str
 ) -> np.ndarray:
@@ -248,7 +267,14 @@ def _json_tensor(
         if not _holds_no_values(data):
             raise malformed(f"shape {list(shape)} has no elements but data has some.", field=name)
         return np.empty(shape, dtype=dtype)
-    field = Array(kind=_KINDS.get(datatype, "number"), min_rank=1, max_rank=max(1, len(shape)))
+    rank = max(1, len(shape))
+    if _nested_deeper_than(data, rank):  # the protocol's structure, as the nesting below (a 400, not a 422)
+        raise malformed(
+            f"data is nested deeper than shape {list(shape)}; send it flat (row-major) or nested as the "
+            "shape.",
+            field=name,
+        )
+    field = Array(kind=_KINDS.get(datatype, "number"), min_rank=1, max_rank=rank)
     try:
         array = field.deserialize(data)
     except ValidationError as error:

@@ -111,11 +111,28 @@ def server_ready() -> dict[str, bool]:
 
 
 _MODEL_PATH = re.compile(r"/v2/models/(?P<model>[^/]*)(?:/versions/(?P<version>[^/]*))?(?:/.*)?")
+# Triton's extensions this server lacks, by their paths' patterns: a client calling one (tritonclient's
+# load_model, register_system_shared_memory…) is told which extension is missing, not only "not found".
+_MISSING_EXTENSIONS = (
+    (re.compile(r"/v2/repository/models/[^/]*/(?:load|unload)"), "model_repository (load and unload)"),
+    (re.compile(r"/v2/systemsharedmemory(?:/.*)?"), "system_shared_memory"),
+    (re.compile(r"/v2/cudasharedmemory(?:/.*)?"), "cuda_shared_memory"),
+    (re.compile(r"/v2(?:/models/[^/]*(?:/versions/[^/]*)?)?/trace/setting"), "trace"),
+    (re.compile(r"/v2/logging"), "logging"),
+)
 
 
 @routes.blueprint.app_errorhandler(NotFound)
 def not_found(error: NotFound) -> Response:
-    """A 404 under /v2/models names the unknown model or version, as tritonclient shows it; else the usual."""
+    """A 404 under /v2/models names the unknown model or version, as tritonclient shows it, and one for a
+    Triton extension this server lacks names the extension; else the usual."""
+    for pattern, extension in _MISSING_EXTENSIONS:
+        if pattern.fullmatch(request.path):
+            detail = (
+                f"This server does not implement Triton's {extension} extension; its extensions are "
+                f"{', '.join(EXTENSIONS)} (GET /v2)."
+            )
+            return problem_response(Problem(404, detail, slug="unsupported-extension", title="Not Found"))
     match = _MODEL_PATH.fullmatch(request.path)
     if match is None:
         return problem_response(problem_from_http_exception(error))

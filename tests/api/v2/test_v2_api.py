@@ -816,6 +816,35 @@ def test_nested_json_data_must_have_the_declared_shape(client: FlaskClient) -> N
         problem = assert_problem(infer(data, [2, 3]), 400, field="logits", says=f"nested as {nested}")
         assert "[2, 3]" in problem["errors"]["logits"][0]
         assert problem["error"] == problem["detail"]
+    # Nested deeper than the shape's rank is the same structural fault: it was a 422 ("rank 2 or more")
+    for data, shape in (([[2.0, 1.0, 0.1], [0.0, 3.0, 0.5]], [6]), ([logits.tolist()], [2, 3])):
+        problem = assert_problem(infer(data, shape), 400, field="logits", says="nested deeper than shape")
+        assert str(shape) in problem["errors"]["logits"][0]
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [{"shared_memory_region": "r", "shared_memory_byte_size": 24}, {"binary_data_size": None, "priority": 1}],
+)
+def test_input_parameters_other_than_binary_data_size_are_refused_by_name(
+    client: FlaskClient, parameters: dict[str, Any]
+) -> None:
+    # An input naming a shared-memory region beside its JSON data was answered from the data (a 200), and
+    # tritonclient's shared-memory input (no data) was told it had neither data nor binary_data_size.
+    named = sorted(set(parameters) - {"binary_data_size"})[0]
+    for tensor in (
+        {
+            "name": "logits",
+            "shape": [3],
+            "datatype": "FP64",
+            "data": [1.0, 3.0, 2.0],
+            "parameters": parameters,
+        },
+        {"name": "logits", "shape": [3], "datatype": "FP64", "parameters": parameters},
+    ):
+        response = client.post("/v2/models/softmax/infer", json={"inputs": [tensor]})
+        problem = assert_problem(response, 422, field="logits", says=named)
+        assert "binary_data_size" in problem["errors"]["logits"][0]
 
 
 @pytest.mark.parametrize(
