@@ -34,7 +34,13 @@ _ENVIRON_KEY = "attention.body"
 _INFLATED_KEY = "attention.body.inflated"
 # The labels of a form or of text: what `curl -d` sends unless told otherwise, and what a page on any origin
 # may send without the browser asking the server first (CORS-safelisted). Neither protocol declares them.
-FORM_MEDIA_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
+# The labels a form (or a bare browser request) gives a body, and who sends each, for the 415's hint.
+FORM_SENDERS = {
+    "application/x-www-form-urlencoded": "as curl -d does",
+    "multipart/form-data": "as curl -F does",
+    "text/plain": "as fetch() does for a string body",
+}
+FORM_MEDIA_TYPES = frozenset(FORM_SENDERS)
 
 
 class UnreadableBody(BadRequest):
@@ -339,7 +345,7 @@ def require_media_type(req: flask.Request, accepted: tuple[str, ...], *, unlabel
     ``accepted``. A body labelled as a form or as text is told how to label it with curl (issue #20)."""
     mimetype = req.mimetype
     if mimetype in FORM_MEDIA_TYPES:
-        sent = f"labels it {mimetype}, as curl -d does unless given -H 'Content-Type: application/json'"
+        sent = f"labels it {mimetype}, {FORM_SENDERS[mimetype]}; curl: -H 'Content-Type: application/json'"
     elif not (label := req.headers.get("Content-Type", "")).strip():
         if unlabelled:
             return

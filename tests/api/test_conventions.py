@@ -87,15 +87,23 @@ CURL_DEFAULT = "application/x-www-form-urlencoded"  # what `curl -d` sends witho
 
 
 @pytest.mark.parametrize("path", list(SEED_BODIES))
-@pytest.mark.parametrize("content_type", [CURL_DEFAULT, "multipart/form-data; boundary=x", "text/plain"])
+@pytest.mark.parametrize(
+    ("content_type", "sender"),
+    [
+        (CURL_DEFAULT, "curl -d"),
+        ("multipart/form-data; boundary=x", "curl -F"),
+        ("text/plain", "fetch()"),  # said "as curl -d does", which sends the form label
+    ],
+)
 def test_a_json_body_labelled_as_a_form_or_text_is_415_on_both_protocols(
-    client: FlaskClient, path: str, content_type: str
+    client: FlaskClient, path: str, content_type: str, sender: str
 ) -> None:
     # The body is JSON, but its label says otherwise: both protocols refuse it alike (issue #20), and say
-    # how to send it with curl.
+    # who sends that label and how to send it with curl.
     body = json.dumps(SEED_BODIES[path])
     response = client.post(path, data=body, content_type=content_type)
     problem = assert_problem(response, 415, says="application/json")
+    assert f"as {sender} does" in problem["detail"]
     assert "-H 'Content-Type: application/json'" in problem["detail"]
     assert problem["type"] == "urn:attention-service:problem:unsupported-media-type"
     assert "application/json" in response.headers["Accept-Post"]
