@@ -28,7 +28,8 @@ MAX_CACHED = 1024
 # origin must be allowed to send it (it is not CORS-safelisted) and to read it on the answer (only
 # safelisted response headers are readable unless exposed), or it can neither send nor split binary bodies.
 BINARY_HEADER_LENGTH = "Inference-Header-Content-Length"
-ALLOW_HEADERS = ["Content-Type", "Authorization", "X-Request-ID", BINARY_HEADER_LENGTH]
+# Content-Encoding: a page may send a gzip or deflate body too, as tritonclient's request compression does.
+ALLOW_HEADERS = ["Content-Type", "Content-Encoding", "Authorization", "X-Request-ID", BINARY_HEADER_LENGTH]
 # Retry-After too: an overloaded service's 503 says in it when to come back (the JS client waits for it).
 EXPOSE_HEADERS = ["X-Request-ID", BINARY_HEADER_LENGTH, "Retry-After"]
 _CacheKey = tuple[str | None, str | None, str | None, str | None, str | None]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
 
@@ -187,3 +188,35 @@ def test_a_page_elsewhere_can_read_when_an_overloaded_service_says_to_come_back(
     assert answer.headers["Retry-After"] == "1"
     exposed = {name.strip().lower() for name in answer.headers["Access-Control-Expose-Headers"].split(",")}
     assert "retry-after" in exposed
+
+
+@pytest.mark.parametrize("origins", [["*"], ["https://teaching.example"]])
+def test_a_page_elsewhere_may_send_a_compressed_body(origins: list[str]) -> None:
+    # Content-Encoding is not CORS-safelisted: without it in the preflight's answer a browser refused to send
+    # a gzip body, which the service reads (as tritonclient's request compression sends it).
+    client = create_app({"TESTING": True, "CORS_ORIGINS": origins, "ACCESS_LOG": False}).test_client()
+    preflight = client.options(
+        "/v1/softmax",
+        headers={
+            "Origin": "https://teaching.example",
+            "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type, content-encoding",
+        },
+    )
+    assert preflight.status_code == 200
+    allowed = {name.strip().lower() for name in preflight.headers["Access-Control-Allow-Headers"].split(",")}
+    assert {"content-type", "content-encoding"} <= allowed
+    answer = client.post(
+        "/v1/softmax",
+        data=gzip.compress(json.dumps({"logits": [1.0, 2.0]}).encode()),
+        headers={
+            "Content-Type": "application/json",
+            "Content-Encoding": "gzip",
+            "Origin": "https://teaching.example",
+        },
+    )
+    assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert answer.get_json()["probabilities"] == pytest.approx(
+        [0.2689414213699951, 0.7310585786300049], rel=1e-12
+    )
+    assert answer.headers["Access-Control-Allow-Origin"] in ("*", "https://teaching.example")
