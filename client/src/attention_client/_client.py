@@ -118,7 +118,12 @@ Flattened = tuple[dict[str, Any], dict[str, Any]]  # /v2 parameters and input te
 
 def _flatten(option: Option, value: Any) -> Flattened | None:
     """How ``value`` of ``option`` travels on /v2, or None when /v2 does not take it (or one of its
-    members): an object's members by path (rotary.base, attention.w_q), each a parameter or a tensor."""
+    members): an object's members by path (rotary.base, attention.w_q), each a parameter or a tensor.
+
+    An object given without members (``rotary={}``, or only None members, which the checks drop) is None
+    too: it means "on, with the defaults", and /v2 has no parameter to say that (no ``rotary.*`` parameter
+    means no rotary there), so the call goes to /v1, which reads ``{}`` as given.
+    """
     if option.flatten != "object":
         return ({option.v2[0]: value}, {}) if option.v2 else None
     # rotary_base is the path rotary.base too
@@ -130,6 +135,8 @@ def _flatten(option: Option, value: Any) -> Flattened | None:
     flat: Flattened = ({}, {})
 
     def walk(prefix: str, members: Mapping[str, Any]) -> bool:
+        if not members:
+            return False  # (see the docstring: an empty object cannot travel as parameters)
         for member, item in members.items():
             path = f"{prefix}.{member}"
             if path in tensors:
