@@ -73,6 +73,28 @@ def first(member: str, value: Any) -> Edit:
     return edit
 
 
+def output(name: str, member: str, value: Any) -> Edit:
+    """An edit: output ``name``'s ``member`` becomes ``value``."""
+
+    def edit(described: list[dict[str, Any]]) -> None:
+        next(entry for entry in described if entry["name"] == name)[member] = value
+
+    return edit
+
+
+def both(*edits: Edit) -> Edit:
+    def edit(described: list[dict[str, Any]]) -> None:
+        for each in edits:
+            each(described)
+
+    return edit
+
+
+def answered_twice(described: list[dict[str, Any]]) -> None:
+    """An edit: the probabilities again at the end, other ones (read last, they would win)."""
+    described.append({**described[0], "data": [1.0, 0.0, 0.0]})
+
+
 SOFTMAX_OUTPUTS = [
     ("probabilities", "FP64", PROBABILITIES),
     ("entropy", "FP64", -(PROBABILITIES * np.log(PROBABILITIES)).sum()),
@@ -174,6 +196,38 @@ MALFORMED: dict[str, tuple[tuple[bytes, dict[str, str]], type[BaseException] | N
     "an unknown datatype": (binary_answer(SOFTMAX_OUTPUTS, first("datatype", "FP16")), KeyError),
     "a shape that does not hold the data": (json_answer(SOFTMAX_OUTPUTS, first("shape", [2])), ValueError),
     "text in the data": (json_answer(SOFTMAX_OUTPUTS, first("data", ["one", "two", "three"])), ValueError),
+    # Once read by NumPy's casts, each of these became numbers (or the last output of a name won).
+    "an output answered twice": (json_answer(SOFTMAX_OUTPUTS, answered_twice), None),
+    "numbers as strings": (json_answer(SOFTMAX_OUTPUTS, first("data", ["0.1", "0.2", "0.7"])), ValueError),
+    "a boolean as an FP64 number": (
+        json_answer(SOFTMAX_OUTPUTS, first("data", [True, 0.5, 0.5])),
+        ValueError,
+    ),
+    "a boolean as an INT64": (json_answer(SOFTMAX_OUTPUTS, output("argmax", "data", [True])), ValueError),
+    "a float as an INT64": (json_answer(SOFTMAX_OUTPUTS, output("argmax", "data", [1.0])), ValueError),
+    "a null as an INT64": (json_answer(SOFTMAX_OUTPUTS, output("argmax", "data", [None])), ValueError),
+    "an INT64 beyond its range": (
+        json_answer(SOFTMAX_OUTPUTS, output("argmax", "data", [2**64])),
+        OverflowError,
+    ),
+    "NaN, which JSON does not have": (
+        json_answer(SOFTMAX_OUTPUTS, first("data", [float("nan"), 0.5, 0.5])),
+        ValueError,
+    ),
+    "a null nested where the shape is flat": (
+        json_answer(SOFTMAX_OUTPUTS, both(first("shape", [2]), first("data", [[0.5, None]]))),
+        ValueError,
+    ),
+    "data nested otherwise than the shape": (
+        json_answer(SOFTMAX_OUTPUTS, first("data", [[0.1], [0.2], [0.7]])),
+        ValueError,
+    ),
+    "ragged data": (
+        json_answer(SOFTMAX_OUTPUTS, both(first("shape", [1, 3]), first("data", [[0.1, 0.2], [0.7]]))),
+        ValueError,
+    ),
+    "lists beside numbers": (json_answer(SOFTMAX_OUTPUTS, first("data", [[0.1, 0.2], 0.7])), ValueError),
+    "data that is not a list": (json_answer(SOFTMAX_OUTPUTS, first("data", 0.5)), ValueError),
 }
 
 
@@ -193,6 +247,73 @@ def test_a_malformed_200_is_an_api_error_with_the_cause_and_the_status(
     assert error.request_id == "from-the-proxy"
     if cause is not None:
         assert isinstance(error.__cause__, cause), repr(error.__cause__)
+
+
+@CALLS
+def test_json_data_flat_or_nested_as_the_shape_is_read_and_null_is_nan(
+    call: Callable[..., SoftmaxResult],
+) -> None:
+    # As the service's decoder reads a request's data: flat (as the service writes it) or nested as the shape;
+    # the service writes a non-finite number as null.
+    nested = both(first("shape", [1, 3]), first("data", [[0.25, None, 0.5]]))
+    result = call(*json_answer(SOFTMAX_OUTPUTS, nested))
+    assert result.probabilities.shape == (1, 3)
+    assert result.probabilities[0, [0, 2]].tolist() == [0.25, 0.5]
+    assert np.isnan(result.probabilities[0, 1])
+    flat = call(JSON_ANSWER, JSON_HEADERS)
+    np.testing.assert_allclose(flat.probabilities, PROBABILITIES, rtol=1e-15)
+    assert int(flat.argmax) == 1
+
+
+V1_ANSWER = {"output": [2.0, 3.0], "weights": [0.5, 0.5], "scale": 0.5, "empty_rows": []}
+
+
+@pytest.mark.parametrize(
+    ("member", "value"),
+    [("output", ["2.0", "3.0"]), ("weights", [True, 0.5]), ("scale", "0.5"), ("empty_rows", [[0.5]])],
+)
+def test_a_v1_answer_is_read_as_strictly(member: str, value: Any) -> None:
+    # rotary={} goes to /v1, as JSON; its answer's numbers are checked as a /v2 answer's are.
+    def attention(body: bytes) -> Any:
+        headers = {"Content-Type": "application/json"}
+        with Client("http://service.test", transport=answering(body, headers)) as service:
+            return service.attention([1.0, 0.0], [[1.0, 0.0], [0.0, 1.0]], [[2.0], [3.0]], rotary={})
+
+    assert attention(json.dumps(V1_ANSWER).encode()).output.tolist() == [2.0, 3.0]
+    with pytest.raises(MalformedAnswerError) as raised:
+        attention(json.dumps({**V1_ANSWER, member: value}).encode())
+    assert isinstance(raised.value.__cause__, ValueError)
+
+
+PROBE_ANSWERS = [{"live": "false"}, {"live": 0}, {"live": None}, {}, {"ready": "true"}, {"ready": 1}]
+
+
+@pytest.mark.parametrize("answer", PROBE_ANSWERS, ids=[json.dumps(a) for a in PROBE_ANSWERS])
+def test_a_probe_whose_flag_is_no_json_boolean_is_malformed(answer: dict[str, Any]) -> None:
+    probe = "ready" if "ready" in answer else "health"
+    body, headers = _json(answer)
+    transport = answering(body, headers)
+    with (
+        Client("http://service.test", transport=transport) as service,
+        pytest.raises(MalformedAnswerError) as raised,
+    ):
+        getattr(service, probe)()
+    assert raised.value.status == 200
+
+    async def call() -> None:
+        async with AsyncClient("http://service.test", transport=answering(body, headers)) as service:
+            await getattr(service, probe)()
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as thread, pytest.raises(MalformedAnswerError):
+        thread.submit(lambda: asyncio.run(call())).result(timeout=60)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_probe_answers_its_json_boolean(flag: bool) -> None:
+    for probe, member in (("health", "live"), ("ready", "ready")):
+        body, headers = _json({member: flag})
+        with Client("http://service.test", transport=answering(body, headers)) as service:
+            assert getattr(service, probe)() is flag
 
 
 @CALLS

@@ -42,7 +42,10 @@ from attention_client._protocol import (
     error_from,
     infer_call,
     json_default,
+    json_elements,
+    json_nesting,
     malformed_answer,
+    no_json_constant,
     read_result,
     retry_after_seconds,
 )
@@ -202,7 +205,7 @@ def _build(spec: ModelSpec[ResultT], outputs: Outputs) -> ResultT:
 def _v1_outputs(spec: ModelSpec[Any], body: bytes, precision: str | None) -> Outputs:
     """The arrays of a /v1 JSON answer: null as -inf (a hidden score) or NaN, or 0 in integer arrays (as the
     binary /v2 answers write them)."""
-    answer = json.loads(body)
+    answer = json.loads(body, parse_constant=no_json_constant)
     if not isinstance(answer, dict):
         raise TypeError(f"the answer is a JSON {type(answer).__name__}, not an object")
     outputs: Outputs = {}
@@ -214,18 +217,19 @@ def _v1_outputs(spec: ModelSpec[Any], body: bytes, precision: str | None) -> Out
 
 
 def _array(output: Output, value: Any, precision: str | None) -> np.ndarray[Any, Any]:
-    if output.kind == "number":
-        array = np.asarray(value, dtype=np.float32 if precision == "float32" else np.float64)
-        array[np.isnan(array)] = output.null_as  # the service writes null, never NaN
-    elif output.kind == "integer":
-        try:
-            array = np.asarray(value, dtype=np.int64)
-        except TypeError:  # nulls: unscored positions, as 0 like the binary answers
-            array = np.nan_to_num(np.asarray(value, dtype=np.float64), nan=0.0).astype(np.int64)
-    elif output.kind == "boolean":
-        array = np.asarray(value, dtype=np.bool_)
-    else:
+    """A /v1 member as its array, each element of the output's JSON kind (ValueError otherwise)."""
+    if output.kind == "any":
         array = np.asarray(value)
+    else:
+        nesting, elements = json_nesting(value)
+        if output.kind == "number":
+            dtype = np.dtype(np.float32 if precision == "float32" else np.float64)
+            null: float | None = output.null_as  # the service writes null, never NaN
+        elif output.kind == "integer":
+            dtype, null = np.dtype(np.int64), 0  # nulls: unscored positions, as 0 like the binary answers
+        else:
+            dtype, null = np.dtype(np.bool_), None
+        array = json_elements(elements, output.kind, dtype, null).reshape(nesting)
     if array.size == 0 and output.depth > array.ndim:
         array = array.reshape((0,) * output.depth)  # [] of index lists keeps its rank
     return array
@@ -297,12 +301,20 @@ def _probe_answer(path: str, status: int, headers: Mapping[str, str], body: byte
     if status != 200:
         raise error_from(status, headers, body)
     try:
-        answer = json.loads(body)
+        answer = json.loads(body, parse_constant=no_json_constant)
     except ValueError as error:
         raise malformed_answer(status, headers, body, f"GET {path} answered no JSON") from error
     if not isinstance(answer, dict):
         raise malformed_answer(status, headers, body, f"GET {path} answered no JSON object")
     return answer
+
+
+def _probe_flag(path: str, member: str, status: int, headers: Mapping[str, str], body: bytes) -> bool:
+    """A probe's answer (``{"live": true}``): its member must be a JSON boolean ("false" is not false)."""
+    flag = _probe_answer(path, status, headers, body).get(member)
+    if not isinstance(flag, bool):
+        raise malformed_answer(status, headers, body, f"GET {path} answered no JSON boolean {member!r}")
+    return flag
 
 
 def _metadata_path(model: str | None) -> str:
@@ -381,14 +393,14 @@ class Client(SyncModels):
 
     def health(self) -> bool:
         """Whether the server is live (``GET /v2/health/live``)."""
-        return bool(_probe_answer("/v2/health/live", *self._get("/v2/health/live")).get("live"))
+        return _probe_flag("/v2/health/live", "live", *self._get("/v2/health/live"))
 
     def ready(self) -> bool:
         """Whether the server is ready for calls (``GET /v2/health/ready``): False while it answers 503."""
         status, headers, body = self._get("/v2/health/ready")
         if status == 503:
             return False
-        return bool(_probe_answer("/v2/health/ready", status, headers, body).get("ready"))
+        return _probe_flag("/v2/health/ready", "ready", status, headers, body)
 
     def metadata(self, model: str | None = None) -> dict[str, Any]:
         """A /v2 model's metadata (its inputs and outputs: names, datatypes, shapes), or with no model the
@@ -457,14 +469,14 @@ class AsyncClient(AsyncModels):
 
     async def health(self) -> bool:
         """As :meth:`Client.health`."""
-        return bool(_probe_answer("/v2/health/live", *await self._get("/v2/health/live")).get("live"))
+        return _probe_flag("/v2/health/live", "live", *await self._get("/v2/health/live"))
 
     async def ready(self) -> bool:
         """As :meth:`Client.ready`."""
         status, headers, body = await self._get("/v2/health/ready")
         if status == 503:
             return False
-        return bool(_probe_answer("/v2/health/ready", status, headers, body).get("ready"))
+        return _probe_flag("/v2/health/ready", "ready", status, headers, body)
 
     async def metadata(self, model: str | None = None) -> dict[str, Any]:
         """As :meth:`Client.metadata`."""

@@ -115,7 +115,7 @@ def read_outputs(status: int, headers: Mapping[str, str], body: bytes) -> Output
     (see :func:`read_result`) when the JSON is not an infer answer.
     """
     head_end = _header_length(status, headers, body)
-    header = json.loads(body[:head_end])
+    header = json.loads(body[:head_end], parse_constant=no_json_constant)
     if not isinstance(header, dict) or not isinstance(header.get("outputs"), list):
         raise malformed_answer(
             status, headers, body, "the JSON is not an infer answer with a list of outputs"
@@ -123,16 +123,20 @@ def read_outputs(status: int, headers: Mapping[str, str], body: bytes) -> Output
     outputs: Outputs = {}
     offset = head_end
     for output in header["outputs"]:
-        dtype = _DTYPES[output["datatype"]]
+        datatype = output["datatype"]
+        dtype = _DTYPES[datatype]
         shape = output["shape"]
         if not isinstance(shape, list) or not all(_is_count(size) for size in shape):
             raise malformed_answer(
                 status, headers, body, f"output {str(output['name'])[:60]!r} has shape {str(shape)[:60]}"
             )
+        if output["name"] in outputs:
+            raise malformed_answer(
+                status, headers, body, f"output {str(output['name'])[:60]!r} is answered twice"
+            )
         size = (output.get("parameters") or {}).get("binary_data_size")
-        if size is None:  # JSON data: null (a hidden score, an unscored position) becomes NaN
-            data = [np.nan if value is None else value for value in output["data"]]
-            array = np.array(data, dtype=dtype)
+        if size is None:
+            array = _json_data(output["data"], datatype, shape)
         else:
             expected = math.prod(shape) * dtype.itemsize
             if not _is_count(size) or size != expected or offset + size > len(body):
@@ -154,6 +158,65 @@ def read_outputs(status: int, headers: Mapping[str, str], body: bytes) -> Output
             f"{len(body) - offset} bytes follow the binary outputs' {offset - head_end}",
         )
     return outputs
+
+
+def _json_data(data: object, datatype: str, shape: list[int]) -> NDArray[Any]:
+    """An output's JSON data as its array: flat (row-major, as the service writes it) or nested exactly as
+    ``shape``, as the service's decoder reads a request's. Each element must be of the datatype's JSON kind
+    (NumPy would read "1.5" or true as a number): raises ValueError (or OverflowError) otherwise."""
+    if not isinstance(data, list):
+        raise ValueError(f"data is a JSON {type(data).__name__}, not a list")
+    nesting, elements = json_nesting(data)
+    count = math.prod(shape)
+    if nesting != (count,) and list(nesting) != shape:
+        raise ValueError(f"data is nested as {list(nesting)} but shape is {shape}")
+    kind = _KINDS[datatype]
+    null = np.nan if kind == "number" else None  # (a non-finite number, as the service writes it)
+    return json_elements(elements, kind, _DTYPES[datatype], null).reshape(shape)
+
+
+_KINDS = {"BOOL": "boolean", "INT32": "integer", "INT64": "integer", "FP32": "number", "FP64": "number"}
+
+
+def json_nesting(data: object) -> tuple[tuple[int, ...], list[Any]]:
+    """The shape of rectangular nested JSON lists, and their elements in row-major order; ValueError for
+    ragged lists or lists beside values at one level."""
+    nesting: list[int] = []
+    level: list[Any] = [data]
+    while any(isinstance(item, list) for item in level):
+        if not all(isinstance(item, list) for item in level):
+            raise ValueError(f"data mixes lists and values at depth {len(nesting)}")
+        lengths = {len(item) for item in level}
+        if len(lengths) > 1:
+            raise ValueError(f"data is ragged at depth {len(nesting)} (lengths {sorted(lengths)[:4]})")
+        nesting.append(lengths.pop())
+        level = [element for item in level for element in item]
+    return tuple(nesting), level
+
+
+def json_elements(elements: list[Any], kind: str, dtype: np.dtype[Any], null: float | None) -> NDArray[Any]:
+    """JSON values as a flat array of ``dtype`` once each is of ``kind``: a JSON boolean for "boolean", an
+    integer for "integer", an integer or a float for "number". A null becomes ``null`` (the service writes
+    a non-finite number as null), or is refused when ``null`` is None."""
+    fits = _FITS[kind]
+    if null is not None and None in elements:
+        elements = [null if value is None else value for value in elements]
+    for value in elements:
+        if not fits(value):
+            raise ValueError(f"data holds {json.dumps(value)[:40]} where {kind}s go")
+    return np.array(elements, dtype=dtype)  # OverflowError for an integer beyond the datatype
+
+
+# The JSON kinds by the Python types json.loads makes of them (bool is an int subclass: a JSON boolean).
+_FITS: dict[str, Callable[[object], bool]] = {
+    "boolean": lambda value: value.__class__ is bool,
+    "integer": lambda value: value.__class__ is int,
+    "number": lambda value: value.__class__ is float or value.__class__ is int,
+}
+
+
+def no_json_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")  # json.loads reads NaN and Infinity, which JSON does not have
 
 
 def _is_count(value: object) -> bool:
