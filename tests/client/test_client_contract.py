@@ -148,6 +148,32 @@ REFUSED: dict[str, tuple[Callable[[Client], object], str, str]] = {
         "temperature",
         r"temperature must be a finite number, got float inf",
     ),
+    # Once sent, and refused by the service's JSON parser (a 400 naming the body) or range (a 422).
+    "a number beyond any float": (
+        lambda c: c.softmax([1.0, 2.0], temperature=10**400),
+        "temperature",
+        r"temperature must be a finite number, got int 1000",
+    ),
+    "a number of over 4,300 digits": (
+        lambda c: c.softmax([1.0, 2.0], temperature=10**5000),
+        "temperature",
+        r"temperature must be a finite number, got int of 16610 bits",
+    ),
+    "an integer beyond INT64": (
+        lambda c: c.sample([1.0, 2.0], top_k=2**64),
+        "top_k",
+        r"top_k must be within INT64 \(-2\*\*63 to 2\*\*63 - 1\), got 18446744073709551616",
+    ),
+    "an integer below INT64": (
+        lambda c: c.log_likelihood([[1.0, 2.0]], [1], ignore_index=-(2**63) - 1),
+        "ignore_index",
+        r"ignore_index must be within INT64 .*, got -9223372036854775809",
+    ),
+    "an unbounded integer beyond INT64": (
+        lambda c: c.log_likelihood([[1.0, 2.0]], [1], ignore_index=2**64),
+        "ignore_index",
+        r"ignore_index must be within INT64 .*, got 18446744073709551616",
+    ),
     "an option out of range": (
         lambda c: c.softmax([1.0, 2.0], top_p=1.5),
         "top_p",

@@ -91,3 +91,13 @@ def test_api_keys_guard_infer_and_the_client_sends_its_key() -> None:
     assert probe.get("/v2/health/ready").status_code == 200  # health and metadata stay open
     assert probe.get("/v2/models/softmax").status_code == 200
     assert probe.post("/v2/models/softmax/infer", json={}).get_json()["error"]  # the protocol's member too
+
+
+def test_an_integer_beyond_int64_for_a_number_option_is_sent_as_a_float() -> None:
+    # The service's JSON parser refuses integers beyond 64 bits; as a number, 2**64 is the float it rounds to.
+    with client_for() as service:
+        given = service.softmax([1.0, 2.0], temperature=2**64)
+        as_float = service.softmax([1.0, 2.0], temperature=float(2**64))
+    assert given.temperature == float(2**64)
+    assert given.probabilities.tolist() == pytest.approx([0.5, 0.5], rel=1e-12)
+    assert given.probabilities.tolist() == as_float.probabilities.tolist()

@@ -20,6 +20,7 @@ from attention_client._errors import InvalidInput
 from attention_client._spec import Option, Tensor
 
 # How a checked array travels on /v2: (name, array, datatype).
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 Checked = tuple[str, NDArray[Any], str]
 
 
@@ -160,6 +161,12 @@ def _fit(argument: str, where: str, value: object, schema: Mapping[str, Any]) ->
 def _check_range(argument: str, where: str, value: Any, schema: Mapping[str, Any]) -> None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        # The service reads JSON integers into 64 bits: beyond them, its parser refuses the whole body.
+        # (Only an integer option's value gets here as an int that large: _number makes it a float.)
+        raise InvalidInput(
+            argument, f"{where} must be within INT64 (-2**63 to 2**63 - 1), got {_show(value)}"
+        )
     for key, sign in _BOUNDS.items():
         if key not in schema:
             continue
@@ -260,9 +267,12 @@ def _integer(value: object) -> Any:
 def _number(value: object) -> Any:
     if isinstance(value, bool | np.bool_) or not isinstance(value, int | float | np.integer | np.floating):
         return _NO_FIT
-    if isinstance(value, int | np.integer):
+    if isinstance(value, int | np.integer) and INT64_MIN <= int(value) <= INT64_MAX:
         return int(value)
-    number = float(value)
+    try:
+        number = float(value)  # an integer beyond INT64 too, which the service's JSON parser would refuse
+    except OverflowError:  # an integer beyond any float (10**400)
+        return _NO_FIT
     return number if math.isfinite(number) else _NO_FIT  # the service takes finite numbers only
 
 
@@ -299,4 +309,7 @@ _NAMES = {
 
 
 def _show(value: object) -> str:
+    if isinstance(value, int) and value.bit_length() > 10_000:
+        # repr refuses an int of over 4,300 digits (ValueError): 10,000 bits are about 3,000
+        return f"of {value.bit_length()} bits"
     return repr(value)[:60]
