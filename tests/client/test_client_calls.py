@@ -19,7 +19,15 @@ from typing import Any, TypeVar
 import httpx
 import numpy as np
 import pytest
-from attention_client import ApiError, AsyncClient, Client, ConnectionFailed, Timeout, TransportError
+from attention_client import (
+    ApiError,
+    AsyncClient,
+    Client,
+    ConnectionFailed,
+    InvalidInput,
+    Timeout,
+    TransportError,
+)
 from werkzeug.serving import make_server
 
 from service import create_app
@@ -227,6 +235,20 @@ def test_metadata_of_an_unknown_model_is_the_service_s_404(service: Client) -> N
     with pytest.raises(ApiError) as refused:
         service.metadata("attentoin")
     assert refused.value.status == 404
+
+
+@pytest.mark.parametrize(
+    "name", ["..", ".", "stats", "softmax%2Fversions%2F1", "soft max", "softmax/versions/1", "", "Attention"]
+)
+def test_metadata_refuses_a_name_that_is_no_model_s_before_sending(
+    service: Client, recording: Recording, name: str
+) -> None:
+    # Once "..", "stats" and "softmax%2Fversions%2F1" answered the server's metadata, the statistics and
+    # softmax's version document as if they were the model's.
+    with pytest.raises(InvalidInput) as refused:
+        service.metadata(name)
+    assert refused.value.argument == "model"
+    assert recording.paths == []
 
 
 # --- no answer ---

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,6 +65,9 @@ OVERLOADED_STATUSES = frozenset({429, 503})
 RETRY_JITTER = 0.2
 
 Route = Literal["v1", "v2"]
+# The alphabet of the service's model names (multi-head-attention): nothing a URL path reads otherwise.
+MODEL_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
+NOT_MODEL_NAMES = frozenset({"stats"})  # /v2/models/stats: the statistics of every model
 
 
 @dataclass(frozen=True)
@@ -318,10 +322,15 @@ def _probe_flag(path: str, member: str, status: int, headers: Mapping[str, str],
 
 
 def _metadata_path(model: str | None) -> str:
+    """The metadata route of ``model``; InvalidInput for a name that would reach another route: ".." or a
+    percent-encoded "/" (the server decodes them into other paths), or "stats" (/v2/models/stats is every
+    model's statistics, not a model)."""
     if model is None:
         return "/v2"
-    if not isinstance(model, str) or not model or "/" in model or "?" in model or "#" in model:
-        raise InvalidInput("model", f"must be a model's name such as 'attention', got {model!r}")
+    if not isinstance(model, str) or not MODEL_NAME.fullmatch(model) or model in NOT_MODEL_NAMES:
+        raise InvalidInput(
+            "model", f"must be a model's name such as 'attention' (a-z, 0-9 and '-'), got {model!r:.60}"
+        )
     return f"/v2/models/{model}"
 
 
