@@ -337,8 +337,9 @@ def _metadata_path(model: str | None) -> str:
 class Client(SyncModels):
     """A connection pool to one service: ``with Client(url) as c: c.attention(q, k, v)``.
 
-    ``base_url`` is the server root; ``timeout`` bounds each request (seconds: connect, each read and
-    write); ``retries`` retries a request whose connection could not be made; ``overload_retries`` sends a
+    ``base_url`` is the server root; ``timeout`` bounds each step of a request (seconds: connecting, each
+    read and each write), not a whole call, which an answer arriving a little at a time can make longer;
+    ``retries`` retries a request whose connection could not be made; ``overload_retries`` sends a
     call again that an overloaded service refused (503 or 429) once its ``Retry-After`` has passed (and up to
     a fifth of it more, at random), when that is at most ``most_retry_wait`` seconds (0 retries: raise at
     once). So a call may take ``overload_retries + 1`` requests and those waits. Errors the service answers
