@@ -7,8 +7,9 @@
 // Every function takes the request body (as in openapi.yaml) and options { baseUrl, signal, overloadRetries,
 // mostRetryWait, onRetry }, and resolves to the response body. A refused request (application/problem+json)
 // rejects with an ApiError that carries the HTTP status, the messages per request field (`errors`) and the
-// answer's Retry-After in seconds (`retryAfter`); a service that cannot be reached rejects with an ApiError
-// of status 0. An overloaded service's refusal (503 or 429) whose Retry-After is at most `mostRetryWait`
+// answer's Retry-After in seconds (`retryAfter`); any other failed answer (a proxy's page, a body that is not
+// JSON or is cut short) with an ApiError of its HTTP status, and a service that cannot be reached with one of
+// status 0. An overloaded service's refusal (503 or 429) whose Retry-After is at most `mostRetryWait`
 // seconds (10) is sent again once that has passed (and up to a fifth of it more, at random, so that clients
 // refused together do not all come back together), `overloadRetries` times (2): the service sheds load so
 // that clients come back later, and every call is a pure function of its body. `onRetry({ wait, error })`
@@ -144,23 +145,48 @@ async function postOnce(path, body, baseUrl, signal) {
   }
   const type = response.headers.get("Content-Type") || "";
   const retryAfter = retryAfterSeconds(response.headers.get("Retry-After"));
-  const answer = type.includes("json") ? await response.json() : null;
-  if (response.ok && answer !== null) return answer;
-  if (answer !== null && type.includes("application/problem+json")) {
+  // Every failure from here on is an ApiError with the HTTP status the answer came with: a body cut short
+  // (fetch's "TypeError: terminated"), or labelled JSON and not JSON (a proxy's HTML page, cut-short JSON).
+  let text;
+  try {
+    text = await response.text();
+  } catch (error) {
+    if (signal?.aborted) throw signal.reason ?? error;
     throw new ApiError({
-      status: answer.status ?? response.status,
-      title: answer.title,
-      detail: answer.detail,
-      errors: answer.errors ?? {},
-      type: answer.type,
-      requestId: answer.request_id,
+      status: response.status,
+      title: "Truncated answer",
+      detail: `The service's answer (${response.status}) was cut short: ${error.message}.`,
       retryAfter,
     });
   }
+  let answer = null;
+  if (type.includes("json")) {
+    try {
+      answer = JSON.parse(text);
+    } catch {
+      answer = null; // labelled JSON, but not: described below by its status
+    }
+  }
+  if (answer === null || typeof answer !== "object") {
+    throw new ApiError({
+      status: response.status,
+      title: response.ok ? "Malformed answer" : response.statusText,
+      detail: response.ok
+        ? `The service answered ${response.status} without a JSON object: ${text.slice(0, 80)}`
+        : `The service answered ${response.status}.`,
+      retryAfter,
+    });
+  }
+  if (response.ok) return answer;
+  const problem = type.includes("application/problem+json") ? answer : {};
   throw new ApiError({
+    // The HTTP status, never the body's: a 503 whose body says 200 is still an overloaded refusal.
     status: response.status,
-    title: response.statusText,
-    detail: `The service answered ${response.status}.`,
+    title: problem.title ?? response.statusText,
+    detail: problem.detail ?? `The service answered ${response.status}.`,
+    errors: problem.errors ?? {},
+    type: problem.type,
+    requestId: problem.request_id,
     retryAfter,
   });
 }
