@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from marshmallow import Schema, fields, validate
+from marshmallow import EXCLUDE, Schema, fields, validate
 
 from service.protocols.declarations.fields import StrictBoolean
 from service.protocols.declarations.schemas import ResponseSchema
@@ -96,7 +96,14 @@ def _binary_data_size() -> fields.Integer:
     )
 
 
-class BinaryDataSizeSchema(Schema):
+class InputParametersSchema(Schema):
+    """An input's parameters: ``binary_data_size``, and members this server reads past (MLServer labels every
+    input ``content_type``), as the protocol lets it; Triton's shared-memory ones are refused by name (the
+    decoder's SHARED_MEMORY_PARAMETERS: this server has no shared memory)."""
+
+    class Meta:
+        unknown = EXCLUDE  # documented open: apispec omits additionalProperties: false
+
     binary_data_size = _binary_data_size()
 
 
@@ -139,7 +146,7 @@ def inference_request_schema(model: Model) -> type[Schema]:
             "name": fields.String(required=True, validate=validate.OneOf(list(model.inputs))),
             "shape": fields.List(fields.Integer(validate=validate.Range(min=0)), required=True),
             "datatype": fields.String(required=True, validate=validate.OneOf(DATATYPES)),
-            "parameters": fields.Nested(BinaryDataSizeSchema),
+            "parameters": fields.Nested(InputParametersSchema),
             "data": fields.Raw(
                 metadata={
                     "description": "Flat (row-major), or nested exactly as shape; absent for binary data.",

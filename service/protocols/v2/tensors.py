@@ -110,6 +110,12 @@ class InputSpec:
     axes: str | None = None  # the dimensions' names, e.g. "[..., n, d_k]"
 
 
+# Triton's (system and CUDA) shared-memory extensions: an input's data is in a region registered before.
+SHARED_MEMORY_PARAMETERS = frozenset(
+    {"shared_memory_region", "shared_memory_byte_size", "shared_memory_offset"}
+)
+
+
 def decode_inputs(
     tensors: object, binary: memoryview, specs: Mapping[str, InputSpec]
 ) -> dict[str, np.ndarray]:
@@ -143,13 +149,14 @@ def decode_inputs(
         parameters = tensor.get("parameters")
         if parameters is not None and not isinstance(parameters, dict):
             raise malformed("parameters must be an object.", field=name)
-        unsupported = sorted(set(parameters or ()) - {"binary_data_size"})
-        if unsupported:
-            # Ignoring it would compute on something else than meant: tritonclient's shared-memory inputs
-            # (shared_memory_region) had been answered from their JSON data, or told they had none.
+        shared = sorted(key for key in parameters or () if key in SHARED_MEMORY_PARAMETERS)
+        if shared:
+            # The data is elsewhere: answering from the JSON data beside it (a 200 before) computes on
+            # something else than meant. Other parameters describe the data (MLServer's content_type "np"
+            # on every input) and are read past, as the protocol lets a server do.
             raise invalid(
-                f"has parameter {unsupported[0][:60]!r}, which this server does not support (it has no "
-                "shared memory): an input takes only binary_data_size.",
+                f"has parameter {shared[0]!r}, but this server has no shared memory (Triton's shared-memory "
+                "extensions): send the data as JSON or with binary_data_size.",
                 field=name,
             )
         size = None if parameters is None else parameters.get("binary_data_size")
