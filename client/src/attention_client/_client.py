@@ -127,9 +127,9 @@ def _flatten(option: Option, value: Any) -> Flattened | None:
     """How ``value`` of ``option`` travels on /v2, or None when /v2 does not take it (or one of its
     members): an object's members by path (rotary.base, attention.w_q), each a parameter or a tensor.
 
-    An object given without members (``rotary={}``, or only None members, which the checks drop) is None
-    too: it means "on, with the defaults", and /v2 has no parameter to say that (no ``rotary.*`` parameter
-    means no rotary there), so the call goes to /v1, which reads ``{}`` as given.
+    An object given without members (``rotary={}``, or only None members, which the checks drop) means "on,
+    with its defaults", while no ``rotary.*`` parameter means no rotary on /v2: it travels as its first
+    member that the contract gives a default (``rotary.base``), else the call goes to /v1, which reads ``{}``.
     """
     if option.flatten != "object":
         return ({option.v2[0]: value}, {}) if option.v2 else None
@@ -141,20 +141,38 @@ def _flatten(option: Option, value: Any) -> Flattened | None:
     tensors = {tensor.name for tensor in option.tensors}
     flat: Flattened = ({}, {})
 
-    def walk(prefix: str, members: Mapping[str, Any]) -> bool:
-        if not members:
-            return False  # (see the docstring: an empty object cannot travel as parameters)
+    def walk(prefix: str, members: Mapping[str, Any], schema: Mapping[str, Any]) -> bool:
+        properties = _object_properties(schema)
+        if not members:  # (see the docstring)
+            for member, member_schema in properties.items():
+                path = f"{prefix}.{member}"
+                if path in parameters and "default" in member_schema:
+                    flat[0][parameters[path]] = member_schema["default"]
+                    return True
+            return False
         for member, item in members.items():
             path = f"{prefix}.{member}"
             if path in tensors:
                 flat[1][path] = item
             elif path in parameters:
                 flat[0][parameters[path]] = item
-            elif not (isinstance(item, Mapping) and walk(path, item)):
+            elif not (isinstance(item, Mapping) and walk(path, item, properties.get(member, {}))):
                 return False
         return True
 
-    return flat if walk(option.name, value) else None
+    return flat if walk(option.name, value, option.schema) else None
+
+
+def _object_properties(schema: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The members of an object ``schema`` (the contract's, references inlined), or of its object branch
+    when it may also be null (``anyOf: [{type: object, …}, {type: null}]``)."""
+    if "properties" in schema:
+        properties: Mapping[str, Any] = schema["properties"]
+        return properties
+    for branch in schema.get("anyOf", ()):
+        if "properties" in branch:
+            return _object_properties(branch)
+    return {}
 
 
 def _v1_call(

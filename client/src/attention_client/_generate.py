@@ -90,11 +90,12 @@ class Contract:
         return str(node["$ref"]).removeprefix("#/components/schemas/")
 
     def inline(self, node: Any) -> Any:
-        """``node`` with every reference replaced by its schema, and without descriptions and defaults."""
+        """``node`` with every reference replaced by its schema, without descriptions and titles (defaults
+        stay: an object given empty travels on /v2 as a member's default, see _client._flatten)."""
         if isinstance(node, dict):
             if "$ref" in node:
                 return self.inline(self.ref(node))
-            dropped = ("description", "default", "title")
+            dropped = ("description", "title")
             return {k: self.inline(v) for k, v in node.items() if k not in dropped}
         if isinstance(node, list):
             return [self.inline(v) for v in node]

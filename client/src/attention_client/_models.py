@@ -151,7 +151,7 @@ class Rotary(TypedDict, total=False):
     are the rotated ones)."""
 
     base: float | None
-    """Frequencies base^(-2i/dim); default 10000."""
+    """Frequencies base^(-2i/dim)."""
     style: Style | None
     """half: feature i pairs with i + dim/2 (GPT-NeoX, Llama rotate_half; the default); interleaved: 2i pairs
     with 2i + 1 (GPT-J, RoFormer)."""
@@ -175,7 +175,7 @@ class AttentionResult:
     scores: FloatArray | None = None
     """Scaled scores plus bias, [..., n, m]; masked entries are null (minus infinity)."""
     logsumexp: FloatArray | None = None
-    """Log-sum-exp of the visible scores per query, [..., n]; null for an empty row."""
+    """Log-sum-exp of the visible scores per query, [..., n]; null for an empty row (minus infinity)."""
     scale: float
     """The scale that was used."""
     empty_rows: IntArray
@@ -281,7 +281,7 @@ class SoftmaxResult:
     probabilities: FloatArray
     """Same shape as the logits; rows sum to 1."""
     log_probabilities: FloatArray | None = None
-    """Natural-log probabilities; null where the probability is 0."""
+    """Natural-log probabilities; null where the probability is 0 (minus infinity)."""
     entropy: FloatArray
     """Entropy of each row in nats, [...]."""
     argmax: IntArray
@@ -315,10 +315,13 @@ ATTENTION = ModelSpec(
         Tensor("alibi_slopes", "number", 0, 4, required=False),
     ),
     options=(
-        Option("causal", {"type": ["boolean", "null"]}, v2=("causal",), flatten="none"),
+        Option("causal", {"type": ["boolean", "null"], "default": False}, v2=("causal",), flatten="none"),
         Option(
             "causal_alignment",
-            {"anyOf": [{"type": "string", "enum": ["lower_right", "upper_left"]}, {"type": "null"}]},
+            {
+                "default": "lower_right",
+                "anyOf": [{"type": "string", "enum": ["lower_right", "upper_left"]}, {"type": "null"}],
+            },
             v2=("causal_alignment",),
             flatten="none",
         ),
@@ -344,7 +347,7 @@ ATTENTION = ModelSpec(
                     {
                         "type": "object",
                         "properties": {
-                            "base": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                            "base": {"type": ["number", "null"], "default": 10000.0, "exclusiveMinimum": 0.0},
                             "style": {
                                 "anyOf": [
                                     {"type": "string", "enum": ["half", "interleaved"]},
@@ -365,17 +368,22 @@ ATTENTION = ModelSpec(
         ),
         Option(
             "empty_rows",
-            {"anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}]},
+            {"default": "error", "anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}]},
             v2=("empty_rows",),
             flatten="none",
         ),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),
-        Option("enable_gqa", {"type": ["boolean", "null"]}, v2=("enable_gqa",), flatten="none"),
+        Option(
+            "enable_gqa", {"type": ["boolean", "null"], "default": False}, v2=("enable_gqa",), flatten="none"
+        ),
     ),
     include=("weights", "scores", "logsumexp"),
     include_v2=True,
@@ -383,7 +391,7 @@ ATTENTION = ModelSpec(
         Output("output", "number", required=True),
         Output("weights", "number"),
         Output("scores", "number", null_as=-math.inf),
-        Output("logsumexp", "number"),
+        Output("logsumexp", "number", null_as=-math.inf),
         Output("scale", "number", required=True, scalar=True),
         Output("empty_rows", "integer", required=True, depth=2),
     ),
@@ -408,17 +416,21 @@ FEED_FORWARD = ModelSpec(
         Option(
             "activation",
             {
+                "default": "relu",
                 "anyOf": [
                     {"type": "string", "enum": ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"]},
                     {"type": "null"},
-                ]
+                ],
             },
             v2=("activation",),
             flatten="none",
         ),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),
@@ -445,14 +457,22 @@ LAYER_NORM = ModelSpec(
     options=(
         Option(
             "kind",
-            {"anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}]},
+            {"default": "layer", "anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}]},
             v2=("kind",),
             flatten="none",
         ),
-        Option("eps", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=("eps",), flatten="none"),
+        Option(
+            "eps",
+            {"type": ["number", "null"], "default": 1e-05, "exclusiveMinimum": 0.0},
+            v2=("eps",),
+            flatten="none",
+        ),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),
@@ -472,23 +492,31 @@ LOG_LIKELIHOOD = ModelSpec(
         Tensor("targets", "integer", 1, 3, required=True),
     ),
     options=(
-        Option("shift", {"type": ["boolean", "null"]}, v2=("shift",), flatten="none"),
-        Option("ignore_index", {"type": ["integer", "null"]}, v2=("ignore_index",), flatten="none"),
+        Option("shift", {"type": ["boolean", "null"], "default": False}, v2=("shift",), flatten="none"),
+        Option(
+            "ignore_index",
+            {"type": ["integer", "null"], "default": -100},
+            v2=("ignore_index",),
+            flatten="none",
+        ),
         Option(
             "temperature",
-            {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+            {"type": ["number", "null"], "default": 1.0, "exclusiveMinimum": 0.0},
             v2=("temperature",),
             flatten="none",
         ),
         Option(
             "top_logprobs",
-            {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
+            {"type": ["integer", "null"], "default": 0, "minimum": 0, "maximum": 20},
             v2=("top_logprobs",),
             flatten="none",
         ),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),
@@ -530,10 +558,13 @@ MULTI_HEAD_ATTENTION = ModelSpec(
         Tensor("alibi_slopes", "number", 0, 4, required=False),
     ),
     options=(
-        Option("causal", {"type": ["boolean", "null"]}, v2=("causal",), flatten="none"),
+        Option("causal", {"type": ["boolean", "null"], "default": False}, v2=("causal",), flatten="none"),
         Option(
             "causal_alignment",
-            {"anyOf": [{"type": "string", "enum": ["lower_right", "upper_left"]}, {"type": "null"}]},
+            {
+                "default": "lower_right",
+                "anyOf": [{"type": "string", "enum": ["lower_right", "upper_left"]}, {"type": "null"}],
+            },
             v2=("causal_alignment",),
             flatten="none",
         ),
@@ -559,7 +590,7 @@ MULTI_HEAD_ATTENTION = ModelSpec(
                     {
                         "type": "object",
                         "properties": {
-                            "base": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                            "base": {"type": ["number", "null"], "default": 10000.0, "exclusiveMinimum": 0.0},
                             "style": {
                                 "anyOf": [
                                     {"type": "string", "enum": ["half", "interleaved"]},
@@ -580,13 +611,16 @@ MULTI_HEAD_ATTENTION = ModelSpec(
         ),
         Option(
             "empty_rows",
-            {"anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}]},
+            {"default": "error", "anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}]},
             v2=("empty_rows",),
             flatten="none",
         ),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),
@@ -624,7 +658,12 @@ POSITIONAL_ENCODING = ModelSpec(
         Option("kind", {"type": "string", "enum": ["sinusoidal", "rotary"]}, v2=("kind",), flatten="none"),
         Option("length", {"type": ["integer", "null"], "minimum": 1}, v2=("length",), flatten="none"),
         Option("d_model", {"type": ["integer", "null"], "minimum": 2}, v2=("d_model",), flatten="none"),
-        Option("base", {"type": ["number", "null"], "exclusiveMinimum": 0.0}, v2=("base",), flatten="none"),
+        Option(
+            "base",
+            {"type": ["number", "null"], "default": 10000.0, "exclusiveMinimum": 0.0},
+            v2=("base",),
+            flatten="none",
+        ),
         Option(
             "style",
             {"anyOf": [{"type": "string", "enum": ["half", "interleaved"]}, {"type": "null"}]},
@@ -634,7 +673,10 @@ POSITIONAL_ENCODING = ModelSpec(
         Option("dim", {"type": ["integer", "null"], "minimum": 2}, v2=("dim",), flatten="none"),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),
@@ -661,7 +703,10 @@ SAMPLE = ModelSpec(
     ),
     options=(
         Option(
-            "temperature", {"type": ["number", "null"], "minimum": 0.0}, v2=("temperature",), flatten="none"
+            "temperature",
+            {"type": ["number", "null"], "default": 1.0, "minimum": 0.0},
+            v2=("temperature",),
+            flatten="none",
         ),
         Option("top_k", {"type": ["integer", "null"], "minimum": 1}, v2=("top_k",), flatten="none"),
         Option(
@@ -678,7 +723,7 @@ SAMPLE = ModelSpec(
         ),
         Option(
             "num_samples",
-            {"type": ["integer", "null"], "minimum": 1, "maximum": 100000},
+            {"type": ["integer", "null"], "default": 1, "minimum": 1, "maximum": 100000},
             v2=("num_samples",),
             flatten="none",
         ),
@@ -709,7 +754,10 @@ SOFTMAX = ModelSpec(
     ),
     options=(
         Option(
-            "temperature", {"type": ["number", "null"], "minimum": 0.0}, v2=("temperature",), flatten="none"
+            "temperature",
+            {"type": ["number", "null"], "default": 1.0, "minimum": 0.0},
+            v2=("temperature",),
+            flatten="none",
         ),
         Option("top_k", {"type": ["integer", "null"], "minimum": 1}, v2=("top_k",), flatten="none"),
         Option(
@@ -726,7 +774,10 @@ SOFTMAX = ModelSpec(
         ),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),
@@ -735,7 +786,7 @@ SOFTMAX = ModelSpec(
     include_v2=True,
     outputs=(
         Output("probabilities", "number", required=True),
-        Output("log_probabilities", "number"),
+        Output("log_probabilities", "number", null_as=-math.inf),
         Output("entropy", "number", required=True),
         Output("argmax", "integer", required=True),
         Output("temperature", "number", required=True, scalar=True),
@@ -755,9 +806,13 @@ TRANSFORMER_BLOCK = ModelSpec(
             {
                 "type": "object",
                 "properties": {
-                    "causal": {"type": ["boolean", "null"]},
+                    "causal": {"type": ["boolean", "null"], "default": False},
                     "causal_alignment": {
-                        "anyOf": [{"type": "string", "enum": ["lower_right", "upper_left"]}, {"type": "null"}]
+                        "default": "lower_right",
+                        "anyOf": [
+                            {"type": "string", "enum": ["lower_right", "upper_left"]},
+                            {"type": "null"},
+                        ],
                     },
                     "scale": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
                     "window": {
@@ -772,7 +827,11 @@ TRANSFORMER_BLOCK = ModelSpec(
                             {
                                 "type": "object",
                                 "properties": {
-                                    "base": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                                    "base": {
+                                        "type": ["number", "null"],
+                                        "default": 10000.0,
+                                        "exclusiveMinimum": 0.0,
+                                    },
                                     "style": {
                                         "anyOf": [
                                             {"type": "string", "enum": ["half", "interleaved"]},
@@ -789,7 +848,8 @@ TRANSFORMER_BLOCK = ModelSpec(
                         ]
                     },
                     "empty_rows": {
-                        "anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}]
+                        "default": "error",
+                        "anyOf": [{"type": "string", "enum": ["error", "zero"]}, {"type": "null"}],
                     },
                     "w_q": {
                         "type": "array",
@@ -1047,13 +1107,14 @@ TRANSFORMER_BLOCK = ModelSpec(
                         ]
                     },
                     "activation": {
+                        "default": "relu",
                         "anyOf": [
                             {
                                 "type": "string",
                                 "enum": ["relu", "gelu", "gelu_tanh", "silu", "swiglu", "geglu"],
                             },
                             {"type": "null"},
-                        ]
+                        ],
                     },
                     "w_3": {
                         "anyOf": [
@@ -1094,7 +1155,8 @@ TRANSFORMER_BLOCK = ModelSpec(
                         "type": "object",
                         "properties": {
                             "kind": {
-                                "anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}]
+                                "default": "layer",
+                                "anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}],
                             },
                             "weight": {
                                 "anyOf": [
@@ -1108,7 +1170,7 @@ TRANSFORMER_BLOCK = ModelSpec(
                                     {"type": "null"},
                                 ]
                             },
-                            "eps": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                            "eps": {"type": ["number", "null"], "default": 1e-05, "exclusiveMinimum": 0.0},
                         },
                         "additionalProperties": False,
                     },
@@ -1130,7 +1192,8 @@ TRANSFORMER_BLOCK = ModelSpec(
                         "type": "object",
                         "properties": {
                             "kind": {
-                                "anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}]
+                                "default": "layer",
+                                "anyOf": [{"type": "string", "enum": ["layer", "rms"]}, {"type": "null"}],
                             },
                             "weight": {
                                 "anyOf": [
@@ -1144,7 +1207,7 @@ TRANSFORMER_BLOCK = ModelSpec(
                                     {"type": "null"},
                                 ]
                             },
-                            "eps": {"type": ["number", "null"], "exclusiveMinimum": 0.0},
+                            "eps": {"type": ["number", "null"], "default": 1e-05, "exclusiveMinimum": 0.0},
                         },
                         "additionalProperties": False,
                     },
@@ -1160,13 +1223,16 @@ TRANSFORMER_BLOCK = ModelSpec(
         ),
         Option(
             "norm_position",
-            {"anyOf": [{"type": "string", "enum": ["pre", "post"]}, {"type": "null"}]},
+            {"default": "pre", "anyOf": [{"type": "string", "enum": ["pre", "post"]}, {"type": "null"}]},
             v2=("norm_position",),
             flatten="none",
         ),
         Option(
             "precision",
-            {"anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}]},
+            {
+                "default": "float64",
+                "anyOf": [{"type": "string", "enum": ["float64", "float32"]}, {"type": "null"}],
+            },
             v2=("precision",),
             flatten="none",
         ),

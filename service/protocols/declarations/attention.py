@@ -7,7 +7,7 @@ from typing import Any, get_args
 import numpy as np
 from marshmallow import fields, post_load, validate
 
-from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy, RotaryStyle
+from service.kernels import AttentionResult, CausalAlignment, EmptyRowPolicy, Rotary, RotaryStyle
 from service.protocols.declarations.arrays import Array
 from service.protocols.declarations.common import (
     FixedLengthList,
@@ -123,9 +123,12 @@ class AttentionRequestSchema(AttentionOptionsSchema):
 
 
 class RotarySchema(RequestSchema):
+    # Declared with its default (the kernel's): the contract says it, and a client that means "rotary on with
+    # its defaults" can say so on /v2, where an object is its members as parameters (none: no rotary).
     base = StrictFloat(
+        load_default=Rotary().base,
         validate=validate.Range(min=0, min_inclusive=False),
-        metadata={"description": "Frequencies base^(-2i/dim); default 10000.", "exclusiveMinimum": 0},
+        metadata={"description": "Frequencies base^(-2i/dim).", "exclusiveMinimum": 0},
     )
     style = fields.String(
         validate=one_of(RotaryStyle),
@@ -174,7 +177,8 @@ class AttentionResponseSchema(ResponseSchema):
         min_rank=0,
         nullable=True,
         metadata={
-            "description": "Log-sum-exp of the visible scores per query, [..., n]; null for an empty row."
+            "description": "Log-sum-exp of the visible scores per query, [..., n]; null for an empty row "
+            "(minus infinity)."
         },
     )
     scale = fields.Float(required=True, metadata={"description": "The scale that was used."})

@@ -70,7 +70,10 @@ class SoftmaxRequestSchema(RequestSchema):
 class SoftmaxResponseSchema(ResponseSchema):
     probabilities = Array(required=True, metadata={"description": "Same shape as the logits; rows sum to 1."})
     log_probabilities = Array(
-        nullable=True, metadata={"description": "Natural-log probabilities; null where the probability is 0."}
+        nullable=True,
+        metadata={
+            "description": "Natural-log probabilities; null where the probability is 0 (minus infinity)."
+        },
     )
     entropy = Array(
         min_rank=0, required=True, metadata={"description": "Entropy of each row in nats, [...]."}
