@@ -167,7 +167,7 @@ async function postOnce(path, body, baseUrl, signal) {
       answer = null; // labelled JSON, but not: described below by its status
     }
   }
-  if (answer === null || typeof answer !== "object") {
+  if (answer === null || typeof answer !== "object" || Array.isArray(answer)) {
     throw new ApiError({
       status: response.status,
       title: response.ok ? "Malformed answer" : response.statusText,

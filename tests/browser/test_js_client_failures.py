@@ -53,8 +53,9 @@ def answer_posts(page: Any, url: str, answers: list[tuple[int, dict[str, str], s
         (502, "<html><body><h1>502 Bad Gateway</h1></body></html>", "Bad Gateway"),
         (200, '{"output": [1.98', "Malformed answer"),
         (200, "null", "Malformed answer"),
+        (200, "[1, 2]", "Malformed answer"),  # an array is no answer object (typeof says "object")
     ],
-    ids=["html-labelled-json", "truncated-json", "json-null"],
+    ids=["html-labelled-json", "truncated-json", "json-null", "json-array"],
 )
 def test_an_answer_labelled_json_that_is_not_is_an_api_error_with_its_status(
     page: Any, base_url: str, elsewhere: str, watch: Watch, status: int, body: str, title: str
