@@ -32,15 +32,14 @@ from service.web.problems import Problem, header_problem, shortened
 
 _ENVIRON_KEY = "attention.body"
 _INFLATED_KEY = "attention.body.inflated"
-# The labels of a form or of text: what `curl -d` sends unless told otherwise, and what a page on any origin
-# may send without the browser asking the server first (CORS-safelisted). Neither protocol declares them.
-# The labels a form (or a bare browser request) gives a body, and who sends each, for the 415's hint.
+# The labels of a form or of text, which a page on any origin may send without the browser asking the server
+# first (CORS-safelisted) and neither protocol declares, with who sends each unless told otherwise (the 415's
+# hint).
 FORM_SENDERS = {
     "application/x-www-form-urlencoded": "as curl -d does",
     "multipart/form-data": "as curl -F does",
     "text/plain": "as fetch() does for a string body",
 }
-FORM_MEDIA_TYPES = frozenset(FORM_SENDERS)
 
 
 class UnreadableBody(BadRequest):
@@ -344,7 +343,7 @@ def require_media_type(req: flask.Request, accepted: tuple[str, ...], *, unlabel
     ``+json`` types too), or has no label where ``unlabelled`` allows it; the answer's ``Accept-Post`` lists
     ``accepted``. A body labelled as a form or as text is told how to label it with curl (issue #20)."""
     mimetype = req.mimetype
-    if mimetype in FORM_MEDIA_TYPES:
+    if mimetype in FORM_SENDERS:
         sent = f"labels it {mimetype}, {FORM_SENDERS[mimetype]}; curl: -H 'Content-Type: application/json'"
     elif not (label := req.headers.get("Content-Type", "")).strip():
         if unlabelled:
