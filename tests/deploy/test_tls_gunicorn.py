@@ -149,7 +149,10 @@ def test_failed_handshakes_are_logged_in_a_line_each_without_a_traceback(server:
     for hello in hellos:
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
             sock.sendall(hello)
-            sock.shutdown(socket.SHUT_WR)  # no more: the server sees the end of what it was sent
+            # No more: the server sees the end of what it was sent, unless it has closed already (what is
+            # not TLS may be refused at once: ENOTCONN here once in CI).
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
             _read_to_end(sock)
 
     def lines(saying: str) -> list[str]:
