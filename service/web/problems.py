@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import logging
 import re
 from collections.abc import Iterator, Mapping
@@ -281,17 +282,55 @@ def _relative_redirects(request: Request, g: RequestGlobals) -> None:
         raise Problem(redirect.code, f"This resource is at {location}.", headers={"Location": location})
 
 
+# RFC 9110 section 7.2: Host = uri-host [ ":" port ], in RFC 3986's grammar (section 3.2.2): a bracketed IP
+# literal, or a reg-name (IPv4 addresses among them) of unreserved characters, sub-delims and %XX escapes,
+# which may be empty; the port is digits. Written out because werkzeug's check refuses "_", which compose
+# service names use.
+_UNRESERVED_OR_ESCAPED = r"[A-Za-z0-9._~-]|%[0-9A-Fa-f]{2}"
+_HOST_VALUE = re.compile(
+    r"(?:\[(?:(?P<ipv6>[0-9A-Fa-f:.]+)(?:%25(?:" + _UNRESERVED_OR_ESCAPED + r")+)?"  # RFC 6874 zone
+    r"|v[0-9A-Fa-f]+\.[A-Za-z0-9._~!$&'()*+,;=:-]+)\]"  # IPvFuture
+    r"|(?:[!$&'()*+,;=]|" + _UNRESERVED_OR_ESCAPED + r")*)"
+    r"(?::[0-9]*)?"
+)
+
+
+def _valid_host(value: str) -> bool:
+    match = _HOST_VALUE.fullmatch(value)
+    if match is None:
+        return False
+    literal = match.group("ipv6")
+    if literal is None:
+        return True
+    try:
+        ipaddress.IPv6Address(literal)
+    except ValueError:
+        return False
+    return True
+
+
 def _require_host(request: Request, g: RequestGlobals) -> None:
-    """An HTTP/1.1 request without a ``Host`` header is a 400 (RFC 9112 section 3.2: a server MUST refuse
-    it); gunicorn refuses two of them, and HTTP/1.0 may leave it out."""
+    """A request whose ``Host`` is not a host and port, or an HTTP/1.1 request without one, is a 400 (RFC 9112
+    section 3.2: a server MUST refuse either); gunicorn refuses two of them, and HTTP/1.0 may leave it out."""
     environ = request.environ
-    if "HTTP_HOST" not in environ and environ.get("SERVER_PROTOCOL") == "HTTP/1.1":
+    host = environ.get("HTTP_HOST")
+    if host is None:
+        if environ.get("SERVER_PROTOCOL") == "HTTP/1.1":
+            raise header_problem(
+                400,
+                "Host",
+                "an HTTP/1.1 request must say which host it is for (RFC 9112, section 3.2).",
+                slug="missing-host",
+                title="Missing Host",
+            )
+    elif not _valid_host(host):
         raise header_problem(
             400,
             "Host",
-            "an HTTP/1.1 request must say which host it is for (RFC 9112, section 3.2).",
-            slug="missing-host",
-            title="Missing Host",
+            "not a host name or IP address with an optional port (RFC 9110, section 7.2; RFC 3986, section "
+            "3.2.2).",
+            slug="invalid-host",
+            title="Invalid Host",
         )
 
 

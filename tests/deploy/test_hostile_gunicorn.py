@@ -400,6 +400,20 @@ def test_an_http_1_1_request_without_host_is_a_400_naming_it(server: Server) -> 
     assert exchange(server, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")[0] == 200
 
 
+def test_a_host_value_that_is_no_host_is_a_400_naming_it(server: Server) -> None:
+    # RFC 9112 section 3.2: so is a Host with an invalid value, in any version; they were served.
+    for host in (b"a b", b"[:::::1]:80", b"caf\xc3\xa9"):
+        for version in (b"1.1", b"1.0"):
+            status, _, body = exchange(
+                server, b"GET /livez HTTP/" + version + b"\r\nHost: " + host + b"\r\n\r\n"
+            )
+            assert status == 400, (host, version, body)
+            problem = json.loads(body)
+            assert problem["type"].endswith("invalid-host")
+            assert list(problem["errors"]) == ["Host"]
+    assert exchange(server, b"GET /livez HTTP/1.1\r\nHost: attention_api:8000\r\n\r\n")[0] == 200
+
+
 def test_gunicorns_own_errors_carry_the_open_inference_protocols_error_member(server: Server) -> None:
     # The app adds it on /v2; what gunicorn refuses before the app runs had only the problem's members, so a
     # /v2 client (tritonclient reads "error") saw no message.

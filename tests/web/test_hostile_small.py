@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from flask.testing import FlaskClient
 
 from service import create_app
@@ -16,6 +17,40 @@ def test_the_slash_merging_redirect_is_relative_whatever_the_host_header(client:
     assert "/static/client.js" in problem["detail"]
     assert "evil.example" not in response.get_data(as_text=True)
     assert response.headers["X-Request-ID"]
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["evil example", "<script>", "a@b", "a:b", "[::1", "ex%4", "caf\u00e9", "x\x7f", "[::1]x"],
+)
+def test_a_host_value_that_is_no_host_is_a_400_naming_it(host: str) -> None:
+    # RFC 9112 section 3.2: a server MUST answer 400 to a Host field with an invalid value; they were served.
+    # (A bracketed literal that is no IPv6 address fails in werkzeug's test client itself: through gunicorn in
+    # tests/deploy/test_hostile_gunicorn.py.)
+    plain = create_app({"TESTING": True}).test_client()
+    problem = assert_problem(plain.get("/livez", headers={"Host": host}), 400)
+    assert problem["type"].endswith("invalid-host")
+    assert list(problem["errors"]) == ["Host"]
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "api",
+        "attention_api:8000",
+        "127.0.0.1:8000",
+        "[::1]:80",
+        "[fe80::1%25eth0]",
+        "[v1.x]",
+        "ex%41mple",
+        "a:",
+        "",
+    ],
+)
+def test_every_host_value_rfc_3986_allows_is_served(host: str) -> None:
+    # Underscores (compose and Kubernetes service names), IP literals, escapes, an empty port or host.
+    plain = create_app({"TESTING": True}).test_client()
+    assert plain.get("/livez", headers={"Host": host}).status_code == 200
 
 
 def test_a_content_encoding_the_service_does_not_decode_is_415(client: FlaskClient) -> None:
