@@ -56,6 +56,9 @@ BLOCK_OUTPUTS: tuple[str, ...] = get_args(BlockOutput)
 _ATTENTION_INPUTS = {"query": "x", "key": "past", "value": "past"}
 _PART_INPUT = {"x": "x"}
 _WEIGHTS: tuple[MultiHeadOutput] = ("weights",)
+# The last projection of each sublayer: a residual sum that overflows through a sublayer's output names it.
+_ATTENTION_OUT = "attention.w_o"
+_FEED_FORWARD_OUT = "feed_forward.w_2"
 
 
 @dataclass(frozen=True)
@@ -170,14 +173,20 @@ def transformer_block(
         attended = _attend(
             normed[..., -n:, :], None if earlier is None else normed, layers, options, heads, float_dtype
         )
-        residual = _residual(array, attended.output, "x + attention", float_dtype)
+        residual = _residual(
+            array, attended.output, "x + attention", float_dtype, blame=("x", _ATTENTION_OUT)
+        )
         normed = _norm(residual, layers.norm_2, "norm_2", float_dtype, of="h = x + attention")
         update = _feed_forward(normed, layers, float_dtype, of="norm_2(h)")
-        output = _residual(residual, update, "h + feed_forward", float_dtype)
+        # h's size came from the larger of its two addends
+        h_field = _larger(("x", array), (_ATTENTION_OUT, attended.output))
+        output = _residual(
+            residual, update, "h + feed_forward", float_dtype, blame=(h_field, _FEED_FORWARD_OUT)
+        )
     else:
         attended = _attend(array, None if earlier is None else sequence, layers, options, heads, float_dtype)
         residual = _norm(
-            _residual(array, attended.output, "x + attention", float_dtype),
+            _residual(array, attended.output, "x + attention", float_dtype, blame=("x", _ATTENTION_OUT)),
             layers.norm_1,
             "norm_1",
             float_dtype,
@@ -185,7 +194,13 @@ def transformer_block(
         )
         update = _feed_forward(residual, layers, float_dtype, of="h = norm_1(x + attention)")
         output = _norm(
-            _residual(residual, update, "h + feed_forward", float_dtype),
+            _residual(
+                residual,
+                update,
+                "h + feed_forward",
+                float_dtype,
+                blame=(_norm_output_field(residual, layers.norm_1, "norm_1"), _FEED_FORWARD_OUT),
+            ),
             layers.norm_2,
             "norm_2",
             float_dtype,
@@ -242,11 +257,33 @@ def _feed_forward(x: FloatArray, layers: TransformerBlockLayers, dtype: FloatDTy
         return feed_forward(x, layers.feed_forward, dtype=dtype).output
 
 
-def _residual(stream: FloatArray, update: FloatArray, what: str, dtype: FloatDType) -> FloatArray:
-    """``stream + update``, the residual connection; a sum beyond the float range names ``x``, the input
-    whose size carried it there."""
+def _residual(
+    stream: FloatArray, update: FloatArray, what: str, dtype: FloatDType, *, blame: tuple[str, str]
+) -> FloatArray:
+    """``stream + update``, the residual connection. A sum beyond the float range names the field behind
+    the larger addend: ``blame`` is (the stream's, the update's)."""
     with np.errstate(over="ignore", invalid="ignore"):
         total: FloatArray = stream + update
     if not np.isfinite(total).all():
-        raise overflow_error(f"the residual sum {what}", dtype, field="x")
+        field = _larger((blame[0], stream), (blame[1], update))
+        raise overflow_error(f"the residual sum {what}", dtype, field=field)
     return total
+
+
+def _larger(first: tuple[str, FloatArray], second: tuple[str, FloatArray]) -> str:
+    """The name of the array with the larger magnitude (the first on a tie)."""
+    return first[0] if _magnitude(first[1]) >= _magnitude(second[1]) else second[0]
+
+
+def _magnitude(array: FloatArray) -> float:
+    return float(np.max(np.abs(array), initial=0.0))
+
+
+def _norm_output_field(normed: FloatArray, options: NormOptions, part: str) -> str:
+    """The field behind the size of a norm's output ``normed`` (``normalized · weight + bias``): its bias
+    when that makes up at least half of it, else its weight."""
+    if options.bias is not None and 2 * _magnitude(np.asarray(options.bias, dtype=np.float64)) >= _magnitude(
+        normed
+    ):
+        return f"{part}.bias"
+    return f"{part}.weight"

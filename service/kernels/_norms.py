@@ -9,6 +9,7 @@ no bias). A constant row is no error for ``layer``: its centred values are exact
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar, Literal, cast
 
@@ -88,8 +89,9 @@ def layer_norm(
 
     The statistics and the normalized rows are computed in float64 whatever ``dtype`` (as PyTorch
     accumulates half precision in float), then cast: in float32, squares of 1e20 and an ``eps`` of 1e-300
-    would leave the range (``0 · inf`` for a constant row). A row whose variance or mean square leaves
-    float64's range (entries near 1e155) raises :class:`NumericalOverflowError` naming ``x``; a result that
+    would leave the range (``0 · inf`` for a constant row). Rows are scaled before they are squared
+    (:func:`divided_by_root_mean_square`), so a row far from 1 is normalized as exactly as another; one whose
+    centred entries leave float64's range raises :class:`NumericalOverflowError` naming ``x``; a result that
     overflows only through ``weight`` or ``bias`` names that field.
     """
     float_dtype = resolve_float_dtype(dtype)
@@ -119,21 +121,45 @@ def standardized(x: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
     with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
         centred = x - x[..., :1]
         centred -= centred.mean(axis=-1, keepdims=True)
-        variance = np.square(centred).mean(axis=-1, keepdims=True)
-    if not all_finite(variance):
-        raise overflow_error("the variance of a row of x", np.dtype(np.float64), field="x")
-    centred *= 1.0 / np.sqrt(variance + eps)
-    return centred
+    if not all_finite(centred):
+        raise overflow_error("the centred rows of x", np.dtype(np.float64), field="x")
+    return divided_by_root_mean_square(centred, eps)
 
 
 def root_mean_square_scaled(x: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
     """``x / sqrt(mean(x²) + eps)`` over the last axis of ``x [..., d]`` (a new array)."""
-    with np.errstate(over="ignore", invalid="ignore"), flush_subnormals():
-        mean_square = np.square(x).mean(axis=-1, keepdims=True)
-    if not all_finite(mean_square):
-        raise overflow_error("the mean square of a row of x", np.dtype(np.float64), field="x")
-    scaled: NDArray[np.float64] = x * (1.0 / np.sqrt(mean_square + eps))
-    return scaled
+    return divided_by_root_mean_square(x.copy(), eps)
+
+
+# How far above 1 a row's eps may be after the row is scaled (its squares are then at most 1): more would
+# leave the float range in the sum; the row is scaled up less instead, and its squares no longer count
+# beside eps.
+_EPS_CEILING_EXPONENT = 1000
+
+
+def divided_by_root_mean_square(rows: NDArray[np.float64], eps: float) -> NDArray[np.float64]:
+    """``rows / sqrt(mean(rows²) + eps)`` over the last axis, in place (``rows`` is returned).
+
+    Each row is first scaled by a power of two (exact) that brings its largest magnitude into [0.5, 1), and
+    ``eps`` with it (by the square). So its squares neither overflow (entries near 1e155 and beyond) nor fall
+    below the normal range, where the flush of subnormals (which bounds the CPU time they would take) would
+    count them as 0: rows near 1e-155 were divided by sqrt(eps) alone, 10⁵ times too much beside an eps of
+    1e-320. What is still flushed is a square below 2⁻¹⁰²² of a row whose largest square is at least 1/4.
+    """
+    with flush_subnormals():
+        peak = np.abs(rows).max(axis=-1, keepdims=True, initial=0.0)
+    # Per row, outside the flush: a subnormal eps counts.
+    _, exponent = np.frexp(peak)  # peak = f · 2**exponent, f in [0.5, 1); 0 for a row of zeros
+    # Never scale so far up that eps / 2**(2·exponent) leaves the range.
+    exponent = np.maximum(exponent, (math.frexp(eps)[1] - _EPS_CEILING_EXPONENT) // 2)
+    with np.errstate(under="ignore"):
+        scaled_eps = np.ldexp(eps, -2 * exponent)
+    with flush_subnormals():
+        np.ldexp(rows, -exponent, out=rows)
+        mean_square = np.square(rows).mean(axis=-1, keepdims=True)
+        mean_square += scaled_eps
+        rows *= 1.0 / np.sqrt(mean_square)
+    return rows
 
 
 def scaled_and_shifted(

@@ -244,7 +244,7 @@ def test_the_inputs_are_named_as_the_block_names_them() -> None:
         transformer_block(np.ones((2, 4)), build(small_layers()), past=np.ones((2, 3)))
     assert past.value.field == "past"
     with pytest.raises(NumericalOverflowError) as overflow:  # in the norm of a pre-norm block
-        transformer_block([[1e200, -1e200, 0.0, 0.0]], build(small_layers()))
+        transformer_block([[1.7e308, -1.7e308, 0.0, 0.0]], build(small_layers()))
     assert overflow.value.field == "x"
 
 
@@ -297,15 +297,24 @@ def test_float32_blocks_are_computed_in_float32() -> None:
 
 
 _EYE = np.eye(2)
+_OPPOSITE = np.array([[1.0, -1.0], [-1.0, 1.0]])
 
 
 @pytest.mark.parametrize(
     ("norm_position", "changes", "field", "sum_named"),
     [
-        # x is [[1, 0], [0, 1]] in every case: a weight makes the rows that overflow, not x.
-        ("pre", {"attention.w_o": 1e308 * _EYE}, "norm_2", "h = x + attention"),
-        ("post", {"feed_forward.w_2": 1.7e308 * _EYE}, "norm_2", "h + feed_forward"),
-        ("post", {"norm_1.weight": np.array([1e300, 1e300])}, "norm_2", "h + feed_forward"),
+        # x is [[1, 0], [0, 1]] in every case: a weight makes the rows that overflow, not x. (The norms
+        # normalize rows of any finite size; rows [a, -a] with a near 1e308 leave the range when centred.)
+        ("pre", {"attention.w_o": 1e308 * _OPPOSITE}, "norm_2", "h = x + attention"),
+        ("post", {"feed_forward.w_2": 1.7e308 * _OPPOSITE}, "norm_2", "h + feed_forward"),
+        # A residual sum that overflows names the field behind its larger addend; each named x.
+        (
+            "post",
+            {"norm_1.bias": np.array([1.5e308, 1.5e308])},
+            "norm_1.bias",
+            "residual sum h + feed_forward",
+        ),
+        ("post", {"norm_1.weight": np.array([1.7e308, 1.7e308])}, "norm_1.weight", "residual sum h + feed"),
     ],
 )
 def test_an_overflow_inside_the_block_names_the_part_whose_input_it_was(

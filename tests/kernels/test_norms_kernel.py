@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 from typing import Any
 
 import numpy as np
@@ -57,12 +58,44 @@ def test_rms_norm_of_a_constant_row_is_its_sign_times_the_weight_almost() -> Non
     np.testing.assert_allclose(out, [[-2.0 / np.sqrt(4 + 1e-5), -6.0 / np.sqrt(4 + 1e-5)]], rtol=1e-15)
 
 
+def exact_norm(row: list[float], *, kind: str, eps: float) -> list[float]:
+    """One row normalized in decimal arithmetic precise enough to hold any double exactly (up to 767
+    significant digits), and whose exponent range holds every square."""
+    with decimal.localcontext(decimal.Context(prec=1100, Emax=10**6, Emin=-(10**6))):
+        values = [decimal.Decimal(v) for v in row]
+        centre = sum(values) / len(values) if kind == "layer" else decimal.Decimal(0)
+        spread = sum((v - centre) ** 2 for v in values) / len(values)
+        root = (spread + decimal.Decimal(eps)).sqrt()
+        return [float((v - centre) / root) for v in values]
+
+
+@pytest.mark.parametrize(
+    ("row", "kind", "eps"),
+    [
+        # Squares below the normal range were flushed to 0, leaving eps alone under the root: 10⁵× too large.
+        ([1e-155, -1e-155], "layer", 1e-320),
+        ([1.414e-154, -1.414e-154], "layer", 2.3e-308),  # a normal eps: ±0.932 where ±0.682 is right
+        ([1e-155], "rms", 1e-320),
+        ([3e-160, 1e-160, -2e-161], "layer", 1e-5),
+        # Variance + eps past the range gave 1 / sqrt(inf) = 0: the rows came back as zeros.
+        ([9e153, -9e153], "layer", 1.7e308),
+        ([1.3e154], "rms", 1.7e308),
+        # Squares past the range were a 422 for x.
+        ([1e200, -1e200, 0.0], "layer", 1e-5),
+        ([1e200, 1.0], "rms", 1e-5),
+        ([1e-200, -1e-200], "layer", 1e-5),  # eps dominates: the output is tiny, not 0
+    ],
+)
+def test_rows_far_from_1_are_normalized_as_exactly_as_others(row: list[float], kind: str, eps: float) -> None:
+    result = layer_norm([row], NormOptions(kind=kind, eps=eps))  # type: ignore[arg-type]
+    np.testing.assert_allclose(result[0], exact_norm(row, kind=kind, eps=eps), rtol=1e-14, atol=0)
+
+
 @pytest.mark.parametrize(
     ("x", "kind", "dtype"),
     [
-        ([[1e200, -1e200, 0.0]], "layer", np.float64),  # the variance is 1e400
         ([[1.7e308, -1.7e308]], "layer", np.float64),  # the shift by the first entry already overflows
-        ([[1e200, 1.0]], "rms", np.float64),
+        ([[1e308, 1e308, -1e308]], "layer", np.float64),  # so does the mean of the shifted row
         ([[1e39, 1.0]], "rms", np.float32),  # beyond float32 when cast
     ],
 )
