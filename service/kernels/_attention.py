@@ -433,9 +433,10 @@ def attention(
         shapes=core,
         dtype=float_dtype,
         # A scale that underflows to 0 in float32 is kept: all scores 0 (plus bias) is the float32 answer;
-        # so is a softcap that does (every capped score lies within ±softcap), which _attend_block gives.
+        # so is a softcap that does (every capped score lies within ±softcap), which _attend_block gives, and
+        # one below the normal range, which its flush of subnormals would otherwise read as a division by 0.
         scale=float_dtype.type(scale),
-        softcap=None if softcap is None else float_dtype.type(softcap),
+        softcap=None if softcap is None else _normal_or_zero(softcap, float_dtype),
         offset=offset,
         band=band,
         block_rows=block_rows,
@@ -708,6 +709,26 @@ def _attend_rows(operands: _Operands, plan: AttentionPlan, batch: tuple[int, ...
             _attend_block(operands, key_t, plan, (*batch, stop - start, m), start, stop, outputs)
 
 
+def _soft_capped(scores: FloatArray, softcap: Float) -> None:
+    """``scores`` becomes ``softcap · tanh(scores / softcap)``, in place, under the flush of subnormals.
+
+    Where ``|scores / softcap|`` is below the square root of the dtype's epsilon, ``tanh`` is the identity to
+    the last bit, so those scores are left as they are: that is their value, and dividing them could fall
+    below the normal range, where the flush reads 0 (a softcap of 1e308 made every score 0). The others
+    divide into the normal range.
+    """
+    threshold = softcap * np.sqrt(np.finfo(scores.dtype).eps)
+    capped = (scores >= threshold) | (scores <= -threshold)  # NaN is neither: it stays, and is blamed
+    np.divide(scores, softcap, out=scores, where=capped)
+    np.tanh(scores, out=scores, where=capped)
+    np.multiply(scores, softcap, out=scores, where=capped)
+
+
+def _normal_or_zero(value: float, dtype: FloatDType) -> Float:
+    """``value`` in ``dtype``, or 0 when it is below the dtype's normal range (the flush of subnormals)."""
+    return dtype.type(value) if abs(value) >= np.finfo(dtype).tiny else dtype.type(0)
+
+
 def _attend_block(
     operands: _Operands,
     key_t: FloatArray,
@@ -724,58 +745,56 @@ def _attend_block(
     block_bias = None if operands.bias is None else row_block(operands.bias, start, stop)
     hidden = hidden_keys(plan.band, operands.visible, start, stop, m)
 
-    # The products only flush subnormals (see _common): the options' arithmetic keeps IEEE's, so that a
-    # subnormal scale or softcap means what it says.
+    # Every step flushes subnormals (see _common), the options' too: scores below the normal range (a scale
+    # of 1e-310, or 1e-300 after products of 1e-10) made the scaling, softcap, ALiBi and softmax run 12×
+    # slower (7.8 s for the block's worst case). A softcap below it is 0 in the plan.
     with flush_subnormals():
         scores = np.matmul(block_query, key_t)
-    if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
-        scores = np.broadcast_to(scores, block_shape).copy()
-    scores *= plan.scale
-    if plan.softcap == 0:  # underflowed to 0 in float32: ±0 bounds every score (0 / 0 would be NaN)
-        # A NaN stays: it comes from an input beyond the dtype's range (0 · inf), which the check blames.
-        np.copyto(scores, 0.0, where=~np.isnan(scores))
-    elif plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
-        scores /= plan.softcap
-        np.tanh(scores, out=scores)
-        scores *= plan.softcap
-    if block_bias is not None:
-        scores += block_bias
-    alibi = None if operands.alibi is None else _alibi(operands.alibi, plan, start, stop)
-    if alibi is not None:
-        scores += alibi
-    if not _all_finite_or_hidden(scores, hidden):
-        field = _blame_for_scores(block_query, key_t, block_bias, alibi, plan, hidden)
-        raise overflow_error("the attention scores", plan.dtype, field=field)
-    if hidden is not None:
-        np.copyto(scores, -np.inf, where=hidden)
+        if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
+            scores = np.broadcast_to(scores, block_shape).copy()
+        scores *= plan.scale
+        if plan.softcap == 0:  # underflowed to 0 in float32: ±0 bounds every score (0 / 0 would be NaN)
+            # A NaN stays: it comes from an input beyond the dtype's range (0 · inf), which the check blames.
+            np.copyto(scores, 0.0, where=~np.isnan(scores))
+        elif plan.softcap is not None:  # bounded by ±softcap: an overflowed product becomes ±softcap
+            _soft_capped(scores, plan.softcap)
+        if block_bias is not None:
+            scores += block_bias
+        alibi = None if operands.alibi is None else _alibi(operands.alibi, plan, start, stop)
+        if alibi is not None:
+            scores += alibi
+        if not _all_finite_or_hidden(scores, hidden):
+            field = _blame_for_scores(block_query, key_t, block_bias, alibi, plan, hidden)
+            raise overflow_error("the attention scores", plan.dtype, field=field)
+        if hidden is not None:
+            np.copyto(scores, -np.inf, where=hidden)
 
-    row_max = scores.max(axis=-1, keepdims=True, initial=-np.inf)
-    # Only a hidden key (or no key at all) can leave a row without a finite score.
-    empty = row_max == -np.inf if hidden is not None or m == 0 else None
-    if empty is not None and not empty.any():
-        empty = None
-    if outputs.scores is not None:
-        outputs.scores[..., start:stop, :] = scores
-    # Empty rows are all -inf; shifting them by 0 instead of -inf gives exp() == 0 rather than NaN.
-    scores -= row_max if empty is None else np.where(empty, 0, row_max)
-    # Weights below the smallest normal number are 0 under flush_subnormals; exp() computes them slowly, so
-    # their scores are -inf first (one cheap pass; the same weights).
-    np.copyto(scores, -np.inf, where=scores < EXP_UNDERFLOW[plan.dtype])
-    np.exp(scores, out=scores)
-    denominator = scores.sum(axis=-1, keepdims=True)
-    if empty is not None:
-        denominator[empty] = 1
-    # Normalizing before the product keeps it a convex combination of values, so it cannot overflow
-    # where the true output is finite.
-    scores /= denominator
-    block_output = outputs.output[..., start:stop, :]
-    with flush_subnormals():
+        row_max = scores.max(axis=-1, keepdims=True, initial=-np.inf)
+        # Only a hidden key (or no key at all) can leave a row without a finite score.
+        empty = row_max == -np.inf if hidden is not None or m == 0 else None
+        if empty is not None and not empty.any():
+            empty = None
+        if outputs.scores is not None:
+            outputs.scores[..., start:stop, :] = scores
+        # Empty rows are all -inf; shifting them by 0 instead of -inf gives exp() == 0 rather than NaN.
+        scores -= row_max if empty is None else np.where(empty, 0, row_max)
+        # Weights below the smallest normal number are 0 under flush_subnormals; exp() computes them slowly,
+        # so their scores are -inf first (one cheap pass; the same weights).
+        np.copyto(scores, -np.inf, where=scores < EXP_UNDERFLOW[plan.dtype])
+        np.exp(scores, out=scores)
+        denominator = scores.sum(axis=-1, keepdims=True)
+        if empty is not None:
+            denominator[empty] = 1
+        # Normalizing before the product keeps it a convex combination of values, so it cannot overflow
+        # where the true output is finite.
+        scores /= denominator
+        block_output = outputs.output[..., start:stop, :]
         np.matmul(scores, operands.value, out=block_output)
-    if not all_finite(block_output):
-        without_hidden = _output_without_hidden_values(scores, operands.value, hidden)
-        if without_hidden is None:
-            raise overflow_error("the attention output", plan.dtype, field="value")
-        block_output[...] = without_hidden
+        if not all_finite(block_output):
+            without_hidden = _output_without_hidden_values(scores, operands.value, hidden)
+            if without_hidden is None:
+                raise overflow_error("the attention output", plan.dtype, field="value")
+            block_output[...] = without_hidden
     if outputs.weights is not None:
         outputs.weights[..., start:stop, :] = scores
     if outputs.logsumexp is not None:

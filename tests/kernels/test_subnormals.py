@@ -58,14 +58,52 @@ def test_the_environment_is_restored_when_the_kernel_raises() -> None:
     assert ieee_arithmetic_is_back()
 
 
-def test_a_subnormal_softcap_keeps_its_ieee_meaning() -> None:
-    # Only the products flush: softcap 5e-324 still divides as IEEE says, scores [0, 0.7] / 5e-324 → tanh →
-    # [0, 1] × 5e-324, so the two keys weigh alike (flushing it too divided by 0: NaN, a 500 that schemathesis
-    # found)
+def test_a_subnormal_softcap_bounds_every_score_to_zero() -> None:
+    # Every score lies within ±5e-324, so the two keys weigh alike. Read as 0 by the flush, the softcap would
+    # divide by 0 (NaN, a 500 that schemathesis found): below the normal range it is 0 in the plan.
     result = attention(
-        [0.0, 1.0], [[1.0, 0.0], [0.0, 1.0]], [[6.0, 0.0], [0.0, 3.0]], AttentionOptions(softcap=5e-324)
+        [0.0, 1.0],
+        [[1.0, 0.0], [0.0, 1.0]],
+        [[6.0, 0.0], [0.0, 3.0]],
+        AttentionOptions(softcap=5e-324),
+        include=frozenset({"scores"}),
     )
     assert result.output.tolist() == [3.0, 1.5]
+    assert result.scores is not None
+    assert result.scores.tolist() == [0.0, 0.0]
+    assert ieee_arithmetic_is_back()
+
+
+def test_scores_below_the_normal_range_are_flushed_too() -> None:
+    # A scale of 1e-310 made every score subnormal, and the steps after the products (scaling, softcap,
+    # softmax) ran on them 12× slower: the Transformer block's worst case took 7.8 s of CPU instead of 0.6.
+    # The scores are 0 (IEEE: [0, 1e-310]); the weights are the same as IEEE's to the last bit.
+    result = attention(
+        [0.0, 1.0],
+        [[1.0, 0.0], [0.0, 1.0]],
+        [[6.0, 0.0], [0.0, 3.0]],
+        AttentionOptions(scale=SUBNORMAL, softcap=30.0),
+        include=frozenset({"scores", "weights"}),
+    )
+    assert result.scores is not None
+    assert result.weights is not None
+    assert result.scores.tolist() == [0.0, 0.0]
+    assert result.weights.tolist() == [0.5, 0.5]
+    assert result.scale == SUBNORMAL  # the scale used is the one asked for
+    assert ieee_arithmetic_is_back()
+
+
+@pytest.mark.parametrize("softcap", [1e300, 1e308])
+def test_a_softcap_far_above_the_scores_leaves_them_as_they_are(softcap: float) -> None:
+    # scores / softcap falls below the normal range, where the flush reads 0: every score came back 0.
+    # softcap · tanh(s / softcap) is s to the last bit there, as IEEE arithmetic gives.
+    args = ([0.0, 1.0], [[1.0, 0.0], [0.0, 1.0]], [[6.0, 0.0], [0.0, 3.0]])
+    capped = attention(*args, AttentionOptions(softcap=softcap), include=frozenset({"scores", "weights"}))
+    plain = attention(*args, include=frozenset({"scores", "weights"}))
+    assert capped.scores is not None
+    assert plain.scores is not None
+    assert capped.scores.tolist() == plain.scores.tolist()
+    np.testing.assert_allclose(capped.output, [1.9814, 2.0093], atol=5e-5)  # the worked example
     assert ieee_arithmetic_is_back()
 
 
