@@ -65,7 +65,7 @@ def exporters_from(environ: Mapping[str, str]) -> list[str]:
     names = [name for name in names if name]
     if not names:
         endpoint = _first_set(environ, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
-        return ["otlp"] if endpoint else []
+        names = ["otlp"] if endpoint else []
     if "none" in names:
         return []
     unknown = sorted(set(names) - set(EXPORTERS))
@@ -144,6 +144,7 @@ def install_tracing(app: Flask, environ: Mapping[str, str] | None = None) -> Tra
         # Only when tracing is on (off, the SDK is never imported), and before it reads any of them: it is
         # imported on the first request.
         forget_empty_variables(os.environ)
+    check_propagators()
     tracing = Tracing(exporters, provider)
     app.extensions[_EXTENSION] = tracing
     steps = request_steps(app)
@@ -152,6 +153,19 @@ def install_tracing(app: Flask, environ: Mapping[str, str] | None = None) -> Tra
     app.teardown_request(_end)
     on_steps(_step_spans)
     return tracing
+
+
+def check_propagators() -> None:
+    """Load the propagators ``OTEL_PROPAGATORS`` names (OpenTelemetry's API loads them when
+    ``opentelemetry.propagate`` is first imported), so that a name it does not know fails at start-up: on the
+    first request, the import failed again on every request, probes included (each a 500)."""
+    try:
+        import opentelemetry.propagate  # noqa: F401
+    except Exception as error:  # the API raises ValueError for an unknown name, or what a propagator raised
+        raise ValueError(
+            f"OTEL_PROPAGATORS is {os.environ.get('OTEL_PROPAGATORS', '')!r}: {error} (the default is "
+            "tracecontext,baggage)"
+        ) from None
 
 
 def _tracing() -> Tracing | None:
@@ -180,9 +194,14 @@ def _start(request: Request, g: RequestGlobals) -> None:
     request_id = getattr(g, "request_id", None)
     if request_id is not None:
         attributes["attention.request_id"] = request_id
-    name = f"{attributes['http.request.method']} {route}" if route is not None else request.method
+    # OpenTelemetry's HTTP conventions: "{method} {route}", or the method alone, "HTTP" for one it does not
+    # know (the client's own token made a span name per made-up method).
+    method = attributes["http.request.method"]
+    name = "HTTP" if method == "_OTHER" else method
+    if route is not None:
+        name = f"{name} {route}"
     span = tracing.tracer().start_span(
-        name[:200], context=extract(request.headers), kind=SpanKind.SERVER, attributes=attributes
+        name, context=extract(request.headers), kind=SpanKind.SERVER, attributes=attributes
     )
     setattr(g, _SPAN, span)
     setattr(g, _CLOCK, (time.time_ns(), time.perf_counter()))

@@ -77,6 +77,8 @@ def test_the_standard_variables_choose_the_exporters(environ: dict[str, str], ex
     [
         {"OTEL_TRACES_EXPORTER": "jaeger"},
         {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
+        # otlp chosen by its endpoint alone: gRPC was let through, and spans went as http/protobuf to it
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
     ],
 )
 def test_an_exporter_this_service_lacks_fails_loudly(environ: dict[str, str]) -> None:
@@ -156,6 +158,13 @@ def test_a_v2_infer_and_a_refusal(traced: Flask, exporter: InMemorySpanExporter)
     assert client.get("/nowhere").status_code == 404
     (unmatched,) = exporter.get_finished_spans()
     assert unmatched.name == "GET"
+    exporter.clear()
+
+    # A method OpenTelemetry's conventions do not know is "HTTP" (it was the client's token: a span name per
+    # made-up method)
+    for method in ("XYZZY1", "GETX"):
+        assert client.open("/nowhere", method=method).status_code in (404, 405)
+    assert [span.name for span in exporter.get_finished_spans()] == ["HTTP", "HTTP"]
 
 
 def test_an_unsampled_caller_records_nothing(
@@ -222,3 +231,25 @@ def test_forgetting_empty_variables_removes_only_empty_otel_ones() -> None:
     environ = {"OTEL_A": "", "OTEL_B": "  ", "OTEL_C": "x", "OTHER": "", "PATH": "/bin"}
     forget_empty_variables(environ)
     assert environ == {"OTEL_C": "x", "OTHER": "", "PATH": "/bin"}
+
+
+def test_a_propagator_opentelemetry_lacks_fails_at_start_up() -> None:
+    """An unknown OTEL_PROPAGATORS name failed on the first request's import of the API, then on every
+    request: /livez and every answer a 500, from a server that had started. A fresh interpreter, as the API
+    reads the variable when first imported."""
+    script = "from service import create_app\ncreate_app({'TESTING': True})\n"
+    environ = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+    environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_PROPAGATORS": "tracecontext,bogus"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=environ,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: OTEL_PROPAGATORS is 'tracecontext,bogus'"), done.stderr
+    assert "bogus" in last
