@@ -49,16 +49,32 @@ def main(argv: list[str] | None = None) -> int:
                 ):
                     failures.append(f"seed example through nginx: {answer.status_code} {answer.text[:200]}")
                     break
+            # nginx's own 413, for a request id the service would not keep either: it was spliced into the
+            # problem as sent (a quote in it rewrote the problem's type), and logged where the service
+            # logged its own id instead.
+            hostile_id = 'x","type":"https://evil.example'
             too_large = client.post(
-                "/v1/softmax", content=b" " * (18 * 1024 * 1024), headers={"Content-Type": "application/json"}
+                "/v1/softmax",
+                content=b" " * (18 * 1024 * 1024),
+                headers={"Content-Type": "application/json", "X-Request-ID": hostile_id},
             )
+            try:
+                problem = too_large.json()
+            except ValueError:
+                problem = {}
             if (
                 too_large.status_code != 413
                 or too_large.headers.get("content-type") != "application/problem+json"
+                or problem.get("type") != "urn:attention-service:problem:body-too-large"
+                or problem.get("request_id") in (None, hostile_id)
             ):
                 failures.append(
                     f"an 18 MiB body through nginx: {too_large.status_code} {too_large.text[:200]}"
                 )
+            spaced = client.get("/livez", headers={"X-Request-ID": "a b c"})
+            replaced_id = spaced.headers.get("x-request-id", "")
+            if replaced_id in ("", "a b c"):
+                failures.append(f"an id with spaces through nginx came back as {replaced_id!r}")
         time.sleep(0.5)  # the log lines are written
         served_by = {
             replica.port
@@ -72,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
         nginx_lines = (front.log_dir / "access.log").read_text().splitlines()
         if not any('"request_id":"scale-0"' in line for line in nginx_lines):
             failures.append("nginx's access log has no line for request scale-0")
+        if not any(f'"request_id":"{replaced_id}"' in line for line in nginx_lines):
+            failures.append(f"nginx's access log does not have the id the service answered, {replaced_id!r}")
         for label, idle, slowloris in (("idle", 64, 0), ("slowloris", 0, 64)):
             probes = slow_clients.run(front.port, seconds=args.slow_seconds, idle=idle, slowloris=slowloris)
             print(
