@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,24 @@ def _origins(name: str, raw: str) -> tuple[str, ...]:
 
 
 def _keys(name: str, raw: str) -> tuple[str, ...]:
-    return tuple(key.strip() for key in raw.split(",") if key.strip())
+    return _bearer_tokens(name, (key.strip() for key in raw.split(",")))
+
+
+# RFC 6750 section 2.1: a bearer token is b64token, ASCII letters, digits and -._~+/ then any "=". A client
+# sends the header as such bytes; a key with other characters (clé) could never match what it sends.
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]+=*")
+
+
+def _bearer_tokens(name: str, keys: Iterable[str]) -> tuple[str, ...]:
+    """The non-empty ``keys``, each checked to be a token a client can send."""
+    tokens = tuple(key for key in keys if key)
+    for number, key in enumerate(tokens, start=1):
+        if not _BEARER_TOKEN.fullmatch(key):
+            raise ValueError(
+                f"{name}: key {number} is not a bearer token (RFC 6750: ASCII letters, digits and -._~+/, "
+                "then any '='), so no client could send it"
+            )
+    return tokens
 
 
 def _keys_file(name: str, raw: str) -> tuple[str, ...]:
@@ -82,8 +100,8 @@ def _keys_file(name: str, raw: str) -> tuple[str, ...]:
         text = Path(raw).read_text(encoding="utf-8")
     except OSError as error:
         raise ValueError(f"{name} names a file that cannot be read: {error}") from None
-    keys = tuple(
-        line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    keys = _bearer_tokens(
+        name, (line.strip() for line in text.splitlines() if not line.lstrip().startswith("#"))
     )
     if not keys:
         raise ValueError(f"{name} ({raw}) holds no key")

@@ -105,6 +105,19 @@ def test_an_unreadable_or_empty_key_file_fails_loudly(tmp_path: Path) -> None:
         Settings.from_env({"API_KEYS_FILE": str(tmp_path / "empty")})
 
 
+@pytest.mark.parametrize("key", ["clé", "two words", 'quote"d', "a=b"])
+def test_a_key_no_client_could_send_fails_at_start_up(key: str, tmp_path: Path) -> None:
+    # RFC 6750's bearer tokens are ASCII: "clé" was accepted, and a client sending it (UTF-8) got a 401.
+    with pytest.raises(ValueError, match="API_KEYS: key 2 is not a bearer token"):
+        Settings.from_env({"API_KEYS": f"good-key, {key}"})
+    (tmp_path / "keys").write_text(f"good-key\n{key}\n")
+    with pytest.raises(ValueError, match="API_KEYS_FILE: key 2 is not a bearer token"):
+        Settings.from_env({"API_KEYS_FILE": str(tmp_path / "keys")})
+    assert Settings.from_env({"API_KEYS": "a.b_c~d+e/f-0==="}).as_flask_config()["API_KEYS"] == [
+        "a.b_c~d+e/f-0==="
+    ]
+
+
 def test_a_blank_key_file_setting_means_none() -> None:
     # compose passes API_KEYS_FILE= when the operator sets nothing
     assert Settings.from_env({"API_KEYS_FILE": "", "API_KEYS": ""}).as_flask_config()["API_KEYS"] == []
