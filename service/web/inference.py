@@ -147,7 +147,12 @@ def outcome_of(status: int) -> str:
         return "timeout"
     if status in (429, 503):
         return "overloaded"
-    return "invalid" if status < 500 else "error"
+    # 501 and 505 refuse what the client sent (a transfer coding, an HTTP version): its fault, as a 4xx is,
+    # and any client could otherwise raise the error count that alerts watch.
+    return "invalid" if status < 500 or status in CLIENT_CHOICE_STATUSES else "error"
+
+
+CLIENT_CHOICE_STATUSES = frozenset({501, 505})
 
 
 class Series:

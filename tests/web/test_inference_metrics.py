@@ -61,6 +61,8 @@ def test_model_routes_and_outcomes_come_from_fixed_sets() -> None:
     assert model_route("/livez", "GET") is None
     statuses = {200: "success", 401: "unauthorized", 408: "timeout", 413: "invalid", 415: "invalid"}
     statuses |= {422: "invalid", 503: "overloaded", 504: "timeout", 500: "error", 429: "overloaded"}
+    # a transfer coding (gzip, chunked) or an HTTP version the client chose: its fault, not the server's
+    statuses |= {501: "invalid", 505: "invalid", 502: "error"}
     assert {status: outcome_of(status) for status in statuses} == statuses
     assert set(statuses.values()) <= set(OUTCOMES)
 
