@@ -79,6 +79,11 @@ class MultiHeadShapes:
     d_k: int
     d_v: int
     d_out: int
+    # How many batch entries each input has itself (the product of its leading dimensions): each is projected
+    # over its own, before attention broadcasts them to ``batch``.
+    query_rows: int = 1
+    key_rows: int = 1
+    value_rows: int = 1
 
     @property
     def heads_batch(self) -> tuple[int, ...]:
@@ -87,12 +92,13 @@ class MultiHeadShapes:
 
     @property
     def projection_multiplies(self) -> int:
-        """Multiply-adds of the four projections."""
-        rows = math.prod(self.batch)
-        return rows * (
-            self.n * self.d_model * self.num_heads * self.d_k
-            + self.m * self.d_kv_model * self.num_kv_heads * (self.d_k + self.d_v)
-            + self.n * self.num_heads * self.d_v * self.d_out
+        """Multiply-adds of the four projections, each over its input's own batch entries (the output's
+        over the broadcast batch)."""
+        return (
+            self.query_rows * self.n * self.d_model * self.num_heads * self.d_k
+            + self.key_rows * self.m * self.d_kv_model * self.num_kv_heads * self.d_k
+            + self.value_rows * self.m * self.d_kv_model * self.num_kv_heads * self.d_v
+            + math.prod(self.batch) * self.n * self.num_heads * self.d_v * self.d_out
         )
 
     @property
@@ -207,6 +213,9 @@ def multi_head_shapes(
         d_k=d_k,
         d_v=d_v,
         d_out=w_o[1],
+        query_rows=math.prod(query_shape[:-2]),
+        key_rows=math.prod(key_shape[:-2]),
+        value_rows=math.prod(value_shape[:-2]),
     )
 
 

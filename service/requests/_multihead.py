@@ -128,30 +128,31 @@ class MultiHeadRequest(AttentionOptionFields):
         every head's scores counted as attention counts them (:func:`score_work`: at least one per score)
         and the ``rotary`` option's tables and rotations."""
         s = self.shapes
-        rows = math.prod(s.batch)
+        rows = math.prod(s.batch)  # the broadcast batch: the heads, the scores and the output
         per_head = len(self.include & {"weights", "scores"}) * s.scores_elements
-        projections = rows * (
-            s.num_heads * s.n * s.d_k + s.num_kv_heads * s.m * (s.d_k + s.d_v) + 2 * s.num_heads * s.n * s.d_v
-        )
+        # Each input is projected over its own batch entries (a key shared by 64 queries, once).
+        projected_q = s.query_rows * s.num_heads * s.n * s.d_k
+        projected_k = s.key_rows * s.num_kv_heads * s.m * s.d_k
+        projected_v = s.value_rows * s.num_kv_heads * s.m * s.d_v
+        heads = rows * s.num_heads * s.n * s.d_v
+        projections = projected_q + projected_k + projected_v + 2 * heads
         output = rows * s.n * s.d_out
         listed = rows * s.num_heads * s.n * (len(s.batch) + 2) if self.empty_rows == "zero" else 0
         held = projections + output + per_head + listed
         # The query and output projections are products of n rows each; the key and value ones, of m rows.
         projected = (
-            product_work(rows, s.n, s.d_model, s.num_heads * s.d_k)
-            + product_work(rows, s.m, s.d_kv_model, s.num_kv_heads * (s.d_k + s.d_v))
+            product_work(s.query_rows, s.n, s.d_model, s.num_heads * s.d_k)
+            + product_work(s.key_rows, s.m, s.d_kv_model, s.num_kv_heads * s.d_k)
+            + product_work(s.value_rows, s.m, s.d_kv_model, s.num_kv_heads * s.d_v)
             + product_work(rows, s.n, s.num_heads * s.d_v, s.d_out)
         )
         attended = score_work(rows * s.num_heads, s.n, s.m, s.d_k, s.d_v, materialized=bool(per_head))
         # Rotary turns every head's query and key rows (the projections, not the layer's inputs).
-        rotated = rows * (s.num_heads * s.n + s.num_kv_heads * s.m) * s.d_k
+        rotated = projected_q + projected_k
         rotary = self.rotary_option_work(n=s.n, m=s.m, d_k=s.d_k, rotated_values=rotated)
         computed = projected + attended + rotary
-        shown = {"heads": s.num_heads * s.n * s.d_v, "q": s.num_heads * s.n * s.d_k}
-        shown.update(k=s.num_kv_heads * s.m * s.d_k, v=s.num_kv_heads * s.m * s.d_v)
-        answer = (
-            output + per_head + listed + rows * sum(shown[name] for name in shown if name in self.include)
-        )
+        shown = {"heads": heads, "q": projected_q, "k": projected_k, "v": projected_v}
+        answer = output + per_head + listed + sum(shown[name] for name in shown if name in self.include)
         bounds = (
             Bound(held, "a multi-head layer's arrays (projections, heads, output and per-head matrices)"),
             Bound(

@@ -248,6 +248,42 @@ def test_a_narrow_projection_counts_each_entry_at_least_once() -> None:
     assert layer.work().estimated_cpu_seconds > 0.3
 
 
+def test_each_input_is_counted_over_its_own_batch_entries(client: FlaskClient) -> None:
+    # 64 one-token queries over one shared key and value [1, 1024, 1024], projected by [1024, 64]: the kernel
+    # projects the key and value once, but they were counted once per query (64 times), so the request was
+    # a 413 at an estimated 2 s of CPU; it takes about 0.01 s.
+    key = ones(1, 1024, 1024)
+    layer = MultiHeadRequest(
+        query=ones(64, 1, 1),
+        key=key,
+        value=key,
+        w_q=ones(1, 64),
+        w_k=ones(1024, 64),
+        w_v=ones(1024, 64),
+        w_o=ones(64, 1),
+        num_heads=1,
+        include=frozenset(),
+    )
+    # held: q 64 × 64, k and v 1 × 1024 × 64 each, the heads and their concatenation 2 × 64 × 64, output 64
+    assert layer.work().elements == 64 * 64 + 2 * 1024 * 64 + 2 * 64 * 64 + 64
+    # compute: the q projection, 64 products of one row and inner width 1, 64 entries each at 1 (at least
+    # 1; 1 / 128 × 8 for one row); k and v, 1024 × 64 entries each of inner width 1024 (8); the output, 64
+    # rows of inner width 64 (64 / 128 × 8 = 4 each); 64 × 1024 scores of width 64 + 64, one query row a
+    # block (8 each)
+    assert layer.work().compute == 64 * 64 + 2 * 1024 * 64 * 8 + 64 * 4 + 64 * 1024 * 8
+    body = {
+        "query": [[[1.0]]] * 64,
+        "key": [[[1.0] * 1024] * 1024],
+        "value": [[[1.0] * 1024] * 1024],
+        "w_q": [[1.0] * 64],
+        "w_k": [[1.0] * 64] * 1024,
+        "w_v": [[1.0] * 64] * 1024,
+        "w_o": [[1.0]] * 64,
+        "num_heads": 1,
+    }
+    assert client.post("/v1/multi-head-attention", json=body).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("request_", "compute"),
     [
