@@ -192,17 +192,8 @@ def test_an_empty_variable_counts_as_unset() -> None:
         "assert answer.status_code == 200, answer.status_code\n"
     )
     empty = ("OTEL_PROPAGATORS", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME")
-    environ = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
-    environ |= dict.fromkeys(empty, "") | {"OTEL_BSP_SCHEDULE_DELAY": " ", "OTEL_TRACES_EXPORTER": "console"}
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=environ,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    otel = dict.fromkeys(empty, "") | {"OTEL_BSP_SCHEDULE_DELAY": " ", "OTEL_TRACES_EXPORTER": "console"}
+    done = _fresh_interpreter(script, otel)
     assert done.returncode == 0, done.stderr
     assert "sampler" not in done.stderr.lower(), done.stderr
     assert "Traceback" not in done.stderr, done.stderr
@@ -238,18 +229,24 @@ def test_a_propagator_opentelemetry_lacks_fails_at_start_up() -> None:
     request: /livez and every answer a 500, from a server that had started. A fresh interpreter, as the API
     reads the variable when first imported."""
     script = "from service import create_app\ncreate_app({'TESTING': True})\n"
+    done = _fresh_interpreter(
+        script, {"OTEL_TRACES_EXPORTER": "console", "OTEL_PROPAGATORS": "tracecontext,bogus"}
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: OTEL_PROPAGATORS is 'tracecontext,bogus'"), done.stderr
+    assert "bogus" in last
+
+
+def _fresh_interpreter(script: str, otel: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``script`` in a new Python, with this environment but only ``otel`` of its OTEL_ variables."""
     environ = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
-    environ |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_PROPAGATORS": "tracecontext,bogus"}
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", script],
-        env=environ,
+        env=environ | otel,
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
-    assert done.returncode != 0
-    last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("ValueError: OTEL_PROPAGATORS is 'tracecontext,bogus'"), done.stderr
-    assert "bogus" in last
