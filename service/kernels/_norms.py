@@ -149,9 +149,12 @@ def divided_by_root_mean_square(rows: NDArray[np.float64], eps: float) -> NDArra
     with flush_subnormals():
         peak = np.abs(rows).max(axis=-1, keepdims=True, initial=0.0)
     # Per row, outside the flush: a subnormal eps counts.
-    _, exponent = np.frexp(peak)  # peak = f · 2**exponent, f in [0.5, 1); 0 for a row of zeros
-    # Never scale so far up that eps / 2**(2·exponent) leaves the range.
-    exponent = np.maximum(exponent, (math.frexp(eps)[1] - _EPS_CEILING_EXPONENT) // 2)
+    _, exponent = np.frexp(peak)  # peak = f · 2**exponent, f in [0.5, 1)
+    eps_exponent = math.frexp(eps)[1]
+    # A row of zeros is 0 at any scale: the one that brings eps near 1 keeps a subnormal eps from being read
+    # as 0 (0 / sqrt(0)). Never scale so far up that eps / 2**(2·exponent) leaves the range.
+    exponent = np.where(peak == 0, eps_exponent // 2, exponent)
+    exponent = np.maximum(exponent, (eps_exponent - _EPS_CEILING_EXPONENT) // 2)
     with np.errstate(under="ignore"):
         scaled_eps = np.ldexp(eps, -2 * exponent)
     with flush_subnormals():
