@@ -29,14 +29,15 @@ def bare(base_url: str) -> Iterator[str]:
     yield from serve_page(BARE.replace("BASE", base_url))
 
 
-def place(page: Any, base_url: str, tag: str, data: Any) -> Any:
+def place(page: Any, base_url: str, tag: str, data: Any, *, controls: bool = False) -> Any:
     """Adds ``<tag api=… data=…>`` (``data`` as JSON unless already text) and waits until it has settled."""
     text = data if isinstance(data, str) else json.dumps(data)
     page.evaluate(
-        """([tag, api, data]) => { const node = document.createElement(tag);
+        """([tag, api, data, controls]) => { const node = document.createElement(tag);
              node.setAttribute("api", api); node.setAttribute("data", data);
+             if (controls) node.setAttribute("controls", "");
              node.id = "subject"; document.body.append(node); }""",
-        [tag, base_url, text],
+        [tag, base_url, text, controls],
     )
     page.wait_for_selector("#subject[data-state=ready]", state="attached")
     return page.locator("#subject")
@@ -229,3 +230,152 @@ def test_multi_head_draws_the_newest_head_count_when_an_older_answer_comes_late(
     assert page.evaluate("window.__heads") == [2]
     assert subject.locator(".head").count() == 2
     assert subject.get_attribute("aria-busy") is None
+
+
+# Data of the wrong type or shape: each was drawn as far as it went and then threw inside the widget, which
+# stayed busy (aria-busy) with nothing said in the card.
+@pytest.mark.parametrize(
+    ("tag", "data", "message"),
+    [
+        (
+            "softmax-temperature",
+            {"logits": [2, 1], "temperature": "0.5"},
+            'The data\'s temperature must be a number, not "0.5". The example is shown instead.',
+        ),
+        (
+            "softmax-temperature",
+            {"logits": "2 1 0"},
+            'The data\'s logits must be a non-empty list of numbers ([2, 1]), not "2 1 0". '
+            "The example is shown instead.",
+        ),
+        (
+            "softmax-temperature",
+            {"logits": [[2, 1], [1, 2]]},
+            "The data's logits must be a non-empty list of numbers ([2, 1]), not [[2,1],[1,2]]. "
+            "The example is shown instead.",
+        ),
+        (
+            "token-likelihood",
+            {"logits": [[1, 2], [2, 1]]},
+            "The data's logits and targets go together (missing: targets). The example is shown instead.",
+        ),
+        (
+            "token-likelihood",
+            {"text": 42},
+            "The data's text must be a string, not 42. The example is shown instead.",
+        ),
+        (
+            "attention-heatmap",
+            {"query": [[0, 1]], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]], "tokens": "a b"},
+            'The data\'s tokens must be a list of words (["the", "cat"]), not "a b". '
+            "The example is shown instead.",
+        ),
+    ],
+)
+def test_data_of_the_wrong_type_or_shape_is_reported_and_the_example_drawn(
+    page: Any, base_url: str, bare: str, watch: Watch, tag: str, data: dict[str, Any], message: str
+) -> None:
+    open_bare(page, bare)
+    subject = place(page, base_url, tag, data, controls=True)
+    assert messages(subject) == [message]
+    assert subject.get_attribute("aria-busy") is None
+    example = {
+        "softmax-temperature": ".row[data-token=mat]",
+        "token-likelihood": ".tok[data-rank]",
+        "attention-heatmap": "table[data-matrix=weights] td",
+    }[tag]
+    assert subject.locator(example).count() > 0
+
+
+def test_one_query_as_a_list_of_numbers_is_one_row(page: Any, base_url: str, bare: str, watch: Watch) -> None:
+    # /v1/attention takes a 1-D query; the widget threw drawing its 1-D answer (no rows to map).
+    open_bare(page, bare)
+    data = {"query": [0, 1], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    subject = place(page, base_url, "attention-heatmap", data)
+    assert messages(subject) == []
+    assert subject.locator("table[data-matrix=weights] tbody tr").count() == 1
+    assert subject.locator("table[data-matrix=weights] td").all_inner_texts() == ["0.3302", "0.6698"]
+    assert subject.locator("table[data-matrix=output] td").all_inner_texts() == ["1.9814", "2.0093"]
+
+
+def test_an_answer_the_widget_cannot_draw_is_said_and_the_widget_settles(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    # An exception in show() escaped the request's promise: nothing said, aria-busy forever.
+    open_bare(page, bare)
+    page.evaluate(
+        """async (base) => {
+             const { SoftmaxTemperature } = await import(base + "/static/widgets.js");
+             class Broken extends SoftmaxTemperature {
+               static tag = "broken-softmax";
+               show() { throw new TypeError("no way to draw this"); }
+             }
+             customElements.define(Broken.tag, Broken);
+           }""",
+        base_url,
+    )
+    subject = place(page, base_url, "broken-softmax", {"logits": [2, 1]})
+    assert messages(subject) == ["The widget could not draw this answer: no way to draw this"]
+    assert subject.get_attribute("aria-busy") is None
+    assert len(watch.posts_to("/v1/softmax")) == 1
+
+
+@pytest.mark.parametrize("tag", ["token-likelihood", "text-generation"])
+def test_smoothing_zero_is_reported_as_out_of_its_range(
+    page: Any, base_url: str, bare: str, watch: Watch, tag: str
+) -> None:
+    # log(0 + 0) is −∞ for every pair the corpus lacks, which JSON sent as null: every request was refused.
+    open_bare(page, bare)
+    data: dict[str, Any] = {"smoothing": 0}
+    if tag == "token-likelihood":
+        data["text"] = "the cat sat on the mat ."
+    subject = place(page, base_url, tag, data)
+    assert messages(subject) == [
+        "The data's smoothing must be a number greater than 0, not 0. The example is shown instead."
+    ]
+    assert subject.locator(".tok").count() > 0  # the example, drawn
+
+
+def test_a_number_too_large_for_a_double_is_out_of_range_beside_its_field(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    # 1e999 is Infinity, which JSON sends as null: the service's "found null" named no number typed.
+    open_bare(page, bare)
+    subject = place(page, base_url, "softmax-temperature", {"logits": [2, 1]}, controls=True)
+    sent = len(watch.posts_to("/v1/softmax"))
+    subject.get_by_label("Logits").fill("2 1e999 0")
+    message = "Logits: 1e999 is out of range: a number's magnitude must be below 1.8e308."
+    subject.locator(".error", has_text="out of range").wait_for()
+    assert messages(subject) == [message]
+    assert subject.get_by_label("Logits").get_attribute("aria-invalid") == "true"
+    assert len(watch.posts_to("/v1/softmax")) == sent  # nothing asked meanwhile
+    subject.get_by_label("Logits").fill("2 1 0")  # fixed: asked again, and the message goes
+    subject.locator(".row[data-token='#2']").wait_for()
+    assert messages(subject) == []
+
+
+def test_the_attention_matrices_report_a_number_out_of_range_too(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    open_bare(page, bare)
+    data = {"query": [[0, 1]], "key": [[1, 0], [0, 1]], "value": [[6, 0], [0, 3]]}
+    subject = place(page, base_url, "attention-heatmap", data, controls=True)
+    subject.locator("[data-matrix=key]").fill("1 0\n0 -1e400")
+    subject.locator(".error", has_text="out of range").wait_for()
+    assert messages(subject) == [
+        "Keys K (one row per key): -1e400 is out of range: a number's magnitude must be below 1.8e308."
+    ]
+
+
+def test_every_documented_seed_draws_every_step(page: Any, base_url: str, bare: str, watch: Watch) -> None:
+    # Step i sent seed + i: 2^53 − 1 + 1 is past what /v1/sample takes, so step 2 was refused.
+    open_bare(page, bare)
+    top = 2**53 - 1
+    data = {"seed": top - 1, "temperature": 1, "length": 4}
+    subject = place(page, base_url, "text-generation", data)
+    assert messages(subject) == []
+    seeds = [json.loads(body or "{}")["seed"] for body in watch.posts_to("/v1/sample")]
+    assert seeds == [top - 1, top, 0, 1]
+    assert subject.locator("[data-step]").count() == 4
+    summary = subject.locator(".summary").inner_text()
+    assert f"seeds {top - 1} to 1 (after {top}, from 0)" in summary

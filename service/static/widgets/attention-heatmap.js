@@ -4,6 +4,7 @@
 import { attention } from "../client.js";
 import {
   debounce,
+  FIELD,
   formatNumber,
   h,
   parseNumbers,
@@ -49,6 +50,7 @@ const CSS = `${MATRIX_CSS}
   .editors .buttons { align-items: center; }
 `;
 
+/** Rows of numbers, one per line of `text`. */
 function parseRows(text) {
   return text
     .split("\n")
@@ -68,13 +70,26 @@ export class AttentionHeatmap extends ServiceWidget {
   static css = CSS;
   static example = WORKED_EXAMPLE;
   static required = ["query", "key", "value"];
+  static fields = {
+    query: FIELD.vectorOrMatrix, // one query ([0, 1]), as /v1/attention takes it, is one row
+    key: FIELD.matrix,
+    value: FIELD.matrix,
+    tokens: FIELD.words,
+    query_tokens: FIELD.words,
+    key_tokens: FIELD.words,
+    causal: FIELD.boolean,
+    causal_alignment: FIELD.text,
+    scale: FIELD.number,
+    visible: FIELD.flags,
+  };
 
   initialState(data) {
     const tokens = data.tokens ?? null;
+    const query = typeof data.query[0] === "number" ? [data.query] : data.query;
     return {
-      queryTokens: data.query_tokens ?? tokens ?? data.query.map((_, i) => `q${i + 1}`),
+      queryTokens: data.query_tokens ?? tokens ?? query.map((_, i) => `q${i + 1}`),
       keyTokens: data.key_tokens ?? tokens ?? data.key.map((_, i) => `k${i + 1}`),
-      query: data.query,
+      query,
       key: data.key,
       value: data.value,
       causal: Boolean(data.causal),
@@ -119,7 +134,7 @@ export class AttentionHeatmap extends ServiceWidget {
         value: s.scale ?? "",
         oninput: (event) => {
           const text = event.target.value.trim();
-          this.state.scale = text === "" ? null : parseNumbers(text)[0];
+          this.state.scale = text === "" ? null : this.readNumbers("scale", text)[0];
           laterScale();
         },
       });
@@ -210,7 +225,8 @@ export class AttentionHeatmap extends ServiceWidget {
   }
 
   applyEditors(form) {
-    const read = (name) => parseRows(form.querySelector(`[data-matrix=${name}]`).value);
+    const read = (name) =>
+      this.readNumbers(name, form.querySelector(`[data-matrix=${name}]`).value, parseRows);
     const s = this.state;
     s.query = read("query");
     s.key = read("key");
@@ -258,6 +274,7 @@ export class AttentionHeatmap extends ServiceWidget {
   }
 
   loadExample(example) {
+    this.inputProblems.clear(); // the editors are drawn anew from the example
     this.state = {
       ...this.state,
       queryTokens: [...example.query_tokens],

@@ -98,13 +98,75 @@ export function debounce(fn, ms) {
   };
 }
 
-/** Numbers from "1 2, 3" text; what is not a number is kept as text so the service names the problem. */
+/**
+ * Numbers from "1 2, 3" text; what is not a number is kept as text so the service names the problem. A
+ * number too large for a double (1e999) is Infinity here, which JSON would send as null: the widgets ask
+ * `ServiceWidget.readNumbers` instead, which says so beside the field.
+ */
 export function parseNumbers(text) {
+  return numberWords(text).map((word) => (NUMBER.test(word) ? Number(word) : word));
+}
+
+const NUMBER = /^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i;
+
+function numberWords(text) {
   return text
     .trim()
     .split(/[\s,;]+/)
-    .filter(Boolean)
-    .map((word) => (/^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$/i.test(word) ? Number(word) : word));
+    .filter(Boolean);
+}
+
+/** A number a request can carry: JSON has no Infinity or NaN (JSON.stringify writes them as null). */
+function isFiniteNumber(value) {
+  return typeof value === "number" && Number.isFinite(value);
+}
+
+/** A non-empty list `depth` deep with finite numbers at the bottom: 1 is [2, 1], 2 is [[1, 0], [0, 1]]. */
+function isNumbers(value, depth) {
+  if (!Array.isArray(value) || value.length === 0) return false;
+  return depth === 1 ? value.every(isFiniteNumber) : value.every((row) => isNumbers(row, depth - 1));
+}
+
+/**
+ * What a `data` field may be, for a widget's static `fields` ({ name: FIELD.kind }): `says` is how the card
+ * words it, `test` checks a value. readData checks every field given against it, so that data of the wrong
+ * type or shape is reported rather than breaking the widget when it draws.
+ */
+export const FIELD = {
+  text: { says: "a string", test: (value) => typeof value === "string" },
+  boolean: { says: "true or false", test: (value) => typeof value === "boolean" },
+  number: { says: "a number", test: isFiniteNumber },
+  positive: { says: "a number greater than 0", test: (value) => isFiniteNumber(value) && value > 0 },
+  integer: { says: "a whole number", test: Number.isSafeInteger },
+  words: {
+    says: 'a list of words (["the", "cat"])',
+    test: (value) => Array.isArray(value) && value.every((word) => typeof word === "string"),
+  },
+  flags: {
+    says: "a list of true or false",
+    test: (value) => Array.isArray(value) && value.every((flag) => typeof flag === "boolean"),
+  },
+  vector: { says: "a non-empty list of numbers ([2, 1])", test: (value) => isNumbers(value, 1) },
+  matrix: {
+    says: "a non-empty list of rows of numbers ([[1, 0], [0, 1]])",
+    test: (value) => isNumbers(value, 2),
+  },
+  vectorOrMatrix: {
+    says: "a list of numbers ([0, 1]) or of rows of numbers ([[0, 1], [1, 0]])",
+    test: (value) => isNumbers(value, 1) || isNumbers(value, 2),
+  },
+  indices: {
+    says: "a non-empty list of whole numbers ([0, 2])",
+    test: (value) => Array.isArray(value) && value.length > 0 && value.every(Number.isSafeInteger),
+  },
+};
+
+/** A value as the card quotes it: JSON, shortened, with the numbers JSON cannot write (1e999) as numbers. */
+function quoted(value) {
+  const text = JSON.stringify(value, (_, v) =>
+    typeof v === "number" && !Number.isFinite(v) ? String(v) : v,
+  );
+  return text.length > 40 ? `${text.slice(0, 40)}…` : text;
 }
 
 export function words(text) {
@@ -176,6 +238,13 @@ export class ServiceWidget extends HTMLElement {
   static example = {};
   /** The `data` fields without which the example is shown instead (with a message saying why). */
   static required = [];
+  /**
+   * What each `data` field must be ({ name: FIELD.kind }): one given otherwise is reported and the example
+   * shown instead. null stands for "not given" in a field that is not required.
+   */
+  static fields = {};
+  /** Fields that make sense only together ([["logits", "targets"]]): one without the others is reported. */
+  static together = [];
 
   constructor() {
     super();
@@ -185,6 +254,7 @@ export class ServiceWidget extends HTMLElement {
     this.generation = 0; // rounds started; only the newest one's answer is shown
     this.controlCount = 0; // ids of controls; ids are scoped to this shadow root
     this.state = null; // null until the first build
+    this.inputProblems = new Map(); // request field -> what is wrong with what was typed there
   }
 
   get apiBase() {
@@ -216,6 +286,7 @@ export class ServiceWidget extends HTMLElement {
 
   /** The `data` attribute (or the example) becomes this.state; then the card is drawn anew. */
   build() {
+    this.inputProblems.clear(); // the editors are drawn anew from the data
     this.state = this.initialState(this.readData());
     this.render();
   }
@@ -249,9 +320,23 @@ export class ServiceWidget extends HTMLElement {
    * `request()` may instead return a sentence saying why there is nothing to ask, shown in its place.
    */
   update() {
-    const ask = this.request();
     this.pending?.abort();
+    this.pending = null;
     const generation = ++this.generation;
+    if (this.inputProblems.size) {
+      // What was typed cannot be sent as it is (a number out of range): said beside its field, not asked.
+      this.output.classList.add("stale");
+      this.placeMessages(Object.fromEntries([...this.inputProblems].map(([f, m]) => [f, [m]])), "");
+      this.settle();
+      return;
+    }
+    let ask;
+    try {
+      ask = this.request();
+    } catch (error) {
+      this.fail(error);
+      return;
+    }
     if (typeof ask === "string") {
       this.output.replaceChildren();
       this.output.classList.remove("stale");
@@ -270,23 +355,32 @@ export class ServiceWidget extends HTMLElement {
       this.clearErrors();
       this.generalError.textContent = `The service is busy; asking again in ${Math.ceil(wait)} s.`;
     };
-    ask({ baseUrl: this.apiBase, signal: controller.signal, onRetry }).then(
-      (answer) => {
-        if (generation !== this.generation) return;
+    // One catch for the request and for drawing its answer: an answer the widget cannot draw (data of a shape
+    // it does not take) is said in the card and settles it, as a refusal does, rather than throw unseen.
+    ask({ baseUrl: this.apiBase, signal: controller.signal, onRetry })
+      .then((answer) => {
+        if (generation !== this.generation) return false;
         this.clearErrors();
         this.output.classList.remove("stale");
         this.show(answer);
         this.settle();
-        this.dispatchEvent(new CustomEvent("answer", { detail: answer }));
-      },
-      (error) => {
-        if (error.name === "AbortError" || generation !== this.generation) return;
-        controller.abort(); // the round's other requests, if any (attention-heatmap asks three at once)
-        this.output.classList.add("stale");
-        this.showError(error);
-        this.settle();
-      },
-    );
+        return answer;
+      })
+      .then(
+        (answer) => answer !== false && this.dispatchEvent(new CustomEvent("answer", { detail: answer })),
+        (error) => {
+          if (error?.name === "AbortError" || generation !== this.generation) return;
+          this.fail(error, controller);
+        },
+      );
+  }
+
+  /** The round failed (a refusal, or the widget could not draw): said in the card; the widget settles. */
+  fail(error, controller = null) {
+    controller?.abort(); // the round's other requests, if any (attention-heatmap asks three at once)
+    this.output.classList.add("stale");
+    this.showError(error);
+    this.settle();
   }
 
   /**
@@ -349,7 +443,7 @@ export class ServiceWidget extends HTMLElement {
    * do not clear) and the example shown instead.
    */
   readData() {
-    const { example, required } = this.constructor;
+    const { example, required, fields, together } = this.constructor;
     this.dataError = null;
     const raw = this.getAttribute("data");
     if (!raw) return structuredClone(example);
@@ -369,7 +463,40 @@ export class ServiceWidget extends HTMLElement {
       this.dataError = `The data attribute needs ${required.join(", ")} (missing: ${missing.join(", ")}).`;
       return structuredClone(example);
     }
+    const given = (name) => data[name] !== undefined && data[name] !== null;
+    const wrong = Object.entries(fields).filter(
+      ([name, kind]) => (given(name) || required.includes(name)) && !kind.test(data[name]),
+    );
+    const alone = together.filter((names) => names.some(given) && !names.every(given));
+    if (wrong.length || alone.length) {
+      const said = [
+        ...wrong.map(([name, kind]) => `${name} must be ${kind.says}, not ${quoted(data[name])}`),
+        ...alone.map(
+          (names) =>
+            `${names.join(" and ")} go together (missing: ${names.filter((n) => !given(n)).join(", ")})`,
+        ),
+      ];
+      this.dataError = `The data's ${said.join("; its ")}. The example is shown instead.`;
+      return structuredClone(example);
+    }
     return data;
+  }
+
+  /**
+   * Numbers typed into the control of request field `field` (parse: text → numbers, or rows of them). A
+   * number too large for a double (1e999 is Infinity, which JSON sends as null) is said beside the field
+   * until the text is fixed, and nothing is asked meanwhile (see update).
+   */
+  readNumbers(field, text, parse = parseNumbers) {
+    const values = parse(text);
+    const huge = numberWords(text).find((word) => NUMBER.test(word) && !Number.isFinite(Number(word)));
+    if (huge !== undefined) {
+      const shown = huge.length > 24 ? `${huge.slice(0, 24)}…` : huge;
+      this.inputProblems.set(field, `${shown} is out of range: a number's magnitude must be below 1.8e308.`);
+    } else {
+      this.inputProblems.delete(field);
+    }
+    return values;
   }
 
   /** For initialState: says on the data line that a field of the data was not used, and what is shown. */
@@ -398,10 +525,23 @@ export class ServiceWidget extends HTMLElement {
     this.generalError.textContent = "";
   }
 
-  /** Puts each message beside the control of its field, in words ("Keys (K): …"); the rest goes below. */
+  /**
+   * Puts each message of a refusal beside the control of its field; any other failure (the widget could not
+   * draw an answer) is said below, as such.
+   */
   showError(error) {
+    if (!(error instanceof ApiError)) {
+      this.placeMessages({}, `The widget could not draw this answer: ${error?.message ?? error}`);
+      return;
+    }
+    const reason = error.status === 413 ? "The example is too large for the service. " : "";
+    this.placeMessages(error.errors, reason + error.message);
+  }
+
+  /** Each field's messages beside its control, in words ("Keys (K): …"), the rest (or `otherwise`) below. */
+  placeMessages(errors, otherwise) {
     this.clearErrors();
-    const fields = error instanceof ApiError ? Object.entries(error.errors) : [];
+    const fields = Object.entries(errors);
     const unplaced = [];
     for (const [field, messages] of fields) {
       const target = this.errorSlots.get(field) ?? this.errorSlots.get(field.split(".")[0]);
@@ -413,8 +553,7 @@ export class ServiceWidget extends HTMLElement {
       }
     }
     if (!fields.length) {
-      const reason = error.status === 413 ? "The example is too large for the service. " : "";
-      this.generalError.textContent = reason + error.message;
+      this.generalError.textContent = otherwise;
     } else if (unplaced.length) {
       this.generalError.textContent = unplaced.join(" ");
     }

@@ -2,7 +2,7 @@
 // and top-p; the probabilities, entropy and argmax are the service's.
 
 import { softmax } from "../client.js";
-import { formatNumber, h, parseNumbers, ServiceWidget, words } from "./base.js";
+import { FIELD, formatNumber, h, ServiceWidget, words } from "./base.js";
 
 const EXAMPLE = {
   tokens: ["mat", "rug", "sofa", "roof", "moon"],
@@ -40,6 +40,13 @@ export class SoftmaxTemperature extends ServiceWidget {
   static css = CSS;
   static example = EXAMPLE;
   static required = ["logits"];
+  static fields = {
+    logits: FIELD.vector, // one distribution: the widget draws one row of bars
+    tokens: FIELD.words,
+    temperature: FIELD.number,
+    top_k: FIELD.integer,
+    top_p: FIELD.number,
+  };
 
   initialState(data) {
     return {
@@ -95,7 +102,7 @@ export class SoftmaxTemperature extends ServiceWidget {
         later();
       });
       const logits = text(s.logits, (event) => {
-        s.logits = parseNumbers(event.target.value);
+        s.logits = this.readNumbers("logits", event.target.value);
         later();
       });
       parts.push(

@@ -5,7 +5,7 @@
 // same settings).
 
 import { sample, softmax } from "../client.js";
-import { debounce, formatNumber, h, ServiceWidget, viridis } from "./base.js";
+import { debounce, FIELD, formatNumber, h, ServiceWidget, viridis } from "./base.js";
 import { CORPUS, ngramModel, tokenize } from "./bigram.js";
 
 const EXAMPLE = {
@@ -22,6 +22,13 @@ const EXAMPLE = {
 };
 
 const MAX_LENGTH = 100;
+// The largest seed /v1/sample takes (2^53 − 1, JavaScript's largest exact integer).
+const MAX_SEED = Number.MAX_SAFE_INTEGER;
+
+/** Step i's seed: seed + i, wrapping past MAX_SEED to 0, so that every seed the service takes works. */
+export function stepSeed(seed, i) {
+  return i <= MAX_SEED - seed ? seed + i : i - (MAX_SEED - seed) - 1;
+}
 const SHOWN_CHOICES = 8;
 
 const CSS = `
@@ -47,6 +54,18 @@ export class TextGeneration extends ServiceWidget {
   static css = CSS;
   static example = EXAMPLE;
   static required = [];
+  static fields = {
+    prompt: FIELD.text,
+    corpus: FIELD.text,
+    order: FIELD.integer,
+    smoothing: FIELD.positive, // add-α: log(0) would be −∞ for every word the context never saw followed
+    temperature: FIELD.number,
+    top_k: FIELD.integer,
+    top_p: FIELD.number,
+    min_p: FIELD.number,
+    seed: FIELD.integer, // null: a fresh seed every step
+    length: FIELD.integer,
+  };
 
   initialState(data) {
     const pick = (key) => data[key] ?? EXAMPLE[key];
@@ -135,7 +154,7 @@ export class TextGeneration extends ServiceWidget {
         this.control("Top-k", number("top_k", { min: 1, step: 1 }), { field: "top_k" }),
         this.control("Top-p", number("top_p", { min: 0.05, max: 1, step: 0.05 }), { field: "top_p" }),
         this.control("Min-p", number("min_p", { min: 0, max: 1, step: 0.05 }), { field: "min_p" }),
-        this.control("Seed", seed, { field: "seed", hint: "step i uses seed + i" }),
+        this.control("Seed", seed, { field: "seed", hint: "step i uses seed + i (past 2^53 − 1, from 0)" }),
         h("div", { class: "control" }, h("span", { text: "\u00a0" }), newSeed),
       ),
     ];
@@ -166,7 +185,7 @@ export class TextGeneration extends ServiceWidget {
       for (let i = 0; i < length; i++) {
         const logits = model.logits(context);
         const body = { logits, ...options };
-        if (seed !== null) body.seed = seed + i;
+        if (seed !== null) body.seed = Number.isSafeInteger(seed) && seed >= 0 ? stepSeed(seed, i) : seed;
         const drawn = await sample(body, fetchOptions);
         const token = drawn.tokens[0];
         steps.push({
@@ -224,10 +243,11 @@ export class TextGeneration extends ServiceWidget {
     const words = prompt.map((word) => h("span", { class: "tok prompt", text: word }));
     const loop = this.loopNote(steps.map((step) => vocabulary[step.token]));
     const first = steps[0].seed;
+    const last = steps.at(-1).seed;
     const seeds =
       this.state.seed === null
         ? `fresh seeds (the first: ${first})`
-        : `seeds ${first} to ${first + steps.length - 1}`;
+        : `seeds ${first} to ${last}${last < first ? ` (after ${MAX_SEED}, from 0)` : ""}`;
     panel.append(
       h("span", {
         class: "muted",

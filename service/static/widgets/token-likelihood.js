@@ -2,7 +2,7 @@
 // perplexity from /v1/log-likelihood; the logits are the caller's, or a bigram model's of a short text.
 
 import { logLikelihood } from "../client.js";
-import { formatNumber, h, readoutFor, ServiceWidget, viridis } from "./base.js";
+import { FIELD, formatNumber, h, readoutFor, ServiceWidget, viridis } from "./base.js";
 import { bigramLogits, CORPUS, tokenize } from "./bigram.js";
 
 const EXAMPLE = { text: "the cat sat on the rug .", corpus: CORPUS, smoothing: 0.1 };
@@ -32,6 +32,16 @@ export class TokenLikelihood extends ServiceWidget {
   static css = CSS;
   static example = EXAMPLE;
   static required = [];
+  static fields = {
+    text: FIELD.text,
+    corpus: FIELD.text,
+    smoothing: FIELD.positive, // add-α: log(0) would be −∞ for every pair the corpus never has
+    logits: FIELD.matrix,
+    targets: FIELD.indices,
+    tokens: FIELD.words,
+    vocabulary: FIELD.words,
+  };
+  static together = [["logits", "targets"]];
 
   /** Either the logits and targets themselves, or a text scored by the bigram model of `corpus`. */
   initialState(data) {
