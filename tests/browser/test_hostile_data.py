@@ -379,3 +379,49 @@ def test_every_documented_seed_draws_every_step(page: Any, base_url: str, bare: 
     assert subject.locator("[data-step]").count() == 4
     summary = subject.locator(".summary").inner_text()
     assert f"seeds {top - 1} to 1 (after {top}, from 0)" in summary
+
+
+# A fetch that records each request's AbortSignal, so that a test can see which were aborted.
+RECORD_SIGNALS = """() => { window.__signals = []; const fetch = window.fetch;
+    window.fetch = (url, init) => {
+      window.__signals.push(init?.signal ?? null);
+      return fetch(url, init);
+    }; }"""
+
+
+def hold_posts(page: Any, path: str) -> list[Any]:
+    """POSTs to ``path`` are held, never answered (the preflight goes on); the held routes."""
+    held: list[Any] = []
+    page.route(
+        f"**{path}", lambda route: held.append(route) if route.request.method == "POST" else route.continue_()
+    )
+    return held
+
+
+def wait_for_held(page: Any, held: list[Any], count: int = 1) -> None:
+    for _ in range(100):  # bounded: at most 10 s
+        if len(held) >= count:
+            return
+        page.wait_for_timeout(100)
+    raise AssertionError(f"{len(held)} requests held, {count} expected")
+
+
+def test_kv_cache_taken_out_of_the_page_aborts_its_step_in_flight(
+    page: Any, base_url: str, bare: str, watch: Watch
+) -> None:
+    # Its disconnectedCallback() did not call the base class's, which aborts the request in flight.
+    open_bare(page, bare)
+    page.evaluate(RECORD_SIGNALS)
+    held = hold_posts(page, "/v1/attention")
+    page.evaluate(
+        """(api) => { const node = document.createElement("kv-cache"); node.id = "subject";
+             node.setAttribute("api", api); node.setAttribute("data", '{"steps": 1}');
+             document.body.append(node); }""",
+        base_url,
+    )
+    wait_for_held(page, held)
+    assert page.evaluate("window.__signals.map(s => s.aborted)") == [False]
+    page.evaluate("document.querySelector('#subject').remove()")
+    assert page.evaluate("window.__signals.map(s => s.aborted)") == [True]
+    with contextlib.suppress(PlaywrightError):
+        held[0].continue_()

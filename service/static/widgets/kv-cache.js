@@ -74,8 +74,10 @@ export class KvCache extends ServiceWidget {
     this.timer = null;
   }
 
+  /** Taken out of the page: a run being played stops, and (the base class) the step in flight is aborted. */
   disconnectedCallback() {
     this.stopPlaying();
+    super.disconnectedCallback();
   }
 
   /** New data is a new run: a run being played stops. */
