@@ -425,3 +425,49 @@ def test_kv_cache_taken_out_of_the_page_aborts_its_step_in_flight(
     assert page.evaluate("window.__signals.map(s => s.aborted)") == [True]
     with contextlib.suppress(PlaywrightError):
         held[0].continue_()
+
+
+@pytest.mark.parametrize("how", ["a control changed", "a stage refused"])
+def test_transformer_block_leaves_no_rejection_unhandled_when_a_round_fails(
+    page: Any, base_url: str, bare: str, watch: Watch, how: str
+) -> None:
+    # Pre-norm awaited the whole block only after norm₁ and attention: when those failed first, its
+    # rejection (AbortError) went unhandled, "Uncaught (in promise)" on the console (the watch fails on it).
+    open_bare(page, bare)
+    norm = hold_posts(page, "/v1/layer-norm")
+    whole = hold_posts(page, "/v1/transformer-block")  # in flight while norm₁ fails
+    page.evaluate(
+        """(api) => { const node = document.createElement("transformer-block"); node.id = "subject";
+             node.setAttribute("api", api); document.body.append(node); }""",
+        base_url,
+    )
+    wait_for_held(page, norm)
+    wait_for_held(page, whole)
+    held = norm + whole
+    subject = page.locator("#subject")
+    if how == "a control changed":
+        page.unroute("**/v1/layer-norm")
+        page.unroute("**/v1/transformer-block")
+        subject.get_by_label("Causal mask").uncheck()  # aborts the round in flight, asks again
+        subject.locator("[data-stage=output]").wait_for()
+        assert json.loads(watch.posts_to("/v1/transformer-block")[-1] or "{}")["attention"]["causal"] is False
+    else:
+        watch.expected.append("status of 500")
+        problem = {
+            "type": "about:blank",
+            "title": "Internal Server Error",
+            "status": 500,
+            "detail": "Broken.",
+        }
+        norm[0].fulfill(
+            status=500,
+            headers={"Content-Type": "application/problem+json", "Access-Control-Allow-Origin": "*"},
+            body=json.dumps(problem),
+        )
+        page.wait_for_selector("#subject[data-state=ready]", state="attached")
+        assert messages(subject) == ["Broken."]
+    page.wait_for_timeout(500)  # room for an unhandled rejection to be reported (the watch checks)
+    assert subject.get_attribute("aria-busy") is None
+    for route in held[1:] if how == "a stage refused" else held:
+        with contextlib.suppress(PlaywrightError):  # aborted by the widget already
+            route.continue_()

@@ -200,10 +200,14 @@ export class TransformerBlock extends ServiceWidget {
       const feed = (x) => feedForward({ x, ...body.feed_forward, include: ["hidden"] }, options);
       const normalize = (x, norm) => layerNorm({ x, ...norm }, options);
       let stages;
+      // `whole` is awaited beside the first stages (Promise.all), never after them: had they failed first
+      // (a refusal, or the round aborted), its own rejection would go unhandled.
       if (body.norm_position === "pre") {
-        const normed = await normalize(body.x, body.norm_1);
-        const attention = await attend(normed.output);
-        const block = await whole;
+        const firstStages = async () => {
+          const normed = await normalize(body.x, body.norm_1);
+          return [normed, await attend(normed.output)];
+        };
+        const [[normed, attention], block] = await Promise.all([firstStages(), whole]);
         const normed2 = await normalize(block.residual, body.norm_2);
         const ff = await feed(normed2.output);
         stages = { normed, attention, block, normed2, ff };
