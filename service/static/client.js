@@ -4,8 +4,9 @@
 //   import { attention, softmax, logLikelihood, sample, ApiError } from "http://HOST/static/client.js";
 //   const answer = await attention({ query: [0, 1], key: [[1, 0], [0, 1]], value: [[6, 0], [0, 3]] });
 //
-// Every function takes the request body (as in openapi.yaml) and options { baseUrl, signal, overloadRetries,
-// mostRetryWait, onRetry }, and resolves to the response body. A refused request (application/problem+json)
+// Every function takes the request body (as in openapi.yaml) and options { baseUrl, apiKey, signal,
+// overloadRetries, mostRetryWait, onRetry }, and resolves to the response body. `apiKey` is sent as
+// `Authorization: Bearer <key>`, for a service that requires keys (API_KEYS); a key in a public page is public. A refused request (application/problem+json)
 // rejects with an ApiError that carries the HTTP status, the messages per request field (`errors`) and the
 // answer's Retry-After in seconds (`retryAfter`); any other failed answer (a proxy's page, a body that is not
 // JSON or is cut short) with an ApiError of its HTTP status, and a service that cannot be reached with one of
@@ -77,6 +78,7 @@ export async function postJson(
   body,
   {
     baseUrl = DEFAULT_BASE_URL,
+    apiKey,
     signal,
     overloadRetries = DEFAULT_OVERLOAD_RETRIES,
     mostRetryWait = DEFAULT_MOST_RETRY_WAIT,
@@ -89,9 +91,14 @@ export async function postJson(
   if (!Number.isFinite(mostRetryWait) || mostRetryWait < 0) {
     throw new TypeError(`mostRetryWait must be a number of seconds >= 0, got ${mostRetryWait}`);
   }
+  if (apiKey !== undefined && apiKey !== null && (typeof apiKey !== "string" || !apiKey.trim())) {
+    throw new TypeError("apiKey must be a non-empty string (the key alone, without 'Bearer')");
+  }
+  const headers = { "Content-Type": "application/json", Accept: "application/json" };
+  if (apiKey) headers.Authorization = `Bearer ${apiKey.trim()}`;
   for (let retriesLeft = overloadRetries; ; retriesLeft -= 1) {
     try {
-      return await postOnce(path, body, baseUrl, signal);
+      return await postOnce(path, body, baseUrl, headers, signal);
     } catch (error) {
       const asked = error instanceof ApiError && OVERLOADED.has(error.status) ? error.retryAfter : null;
       if (asked === null || asked > mostRetryWait || retriesLeft <= 0) throw error;
@@ -124,13 +131,13 @@ function sleep(seconds, signal) {
   });
 }
 
-async function postOnce(path, body, baseUrl, signal) {
+async function postOnce(path, body, baseUrl, headers, signal) {
   const url = `${baseUrl.replace(/\/$/, "")}${path}`;
   let response;
   try {
     response = await fetch(url, {
       method: "POST",
-      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      headers,
       body: JSON.stringify(body),
       signal,
     });
