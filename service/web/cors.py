@@ -5,6 +5,11 @@ here its per-response hook is replaced by one that asks flask-cors's own ``get_c
 distinct (origin, preflight headers) and reuses the answer, so the headers are exactly flask-cors's. The
 cache is bounded: past :data:`MAX_CACHED` distinct requests (a client making up origins) it computes
 without storing.
+
+A preflight from an allowed origin succeeds for any path, one without a route too: a 404 to the preflight
+would make the browser block the real request, and the page would see a network failure (the JS client's
+status 0, "Service unreachable") rather than the real request's 404 problem+json, which carries the CORS
+headers as every answer does.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any
 
 from flask import Flask, Response
 from flask.globals import request_ctx
+from flask.wrappers import Request
 from flask_cors import CORS
 from flask_cors.core import (
     ACL_ORIGIN,
@@ -21,7 +27,10 @@ from flask_cors.core import (
     ACL_REQUEST_METHOD,
     get_cors_headers,
     get_cors_options,
+    get_cors_origins,
 )
+
+from service.web.hooks import RequestGlobals, request_steps
 
 MAX_CACHED = 1024
 # /v2's binary tensor data gives the JSON header's length in this header, both ways: a page on another
@@ -48,9 +57,26 @@ def enable_cors(app: Flask) -> None:
         "send_wildcard": app.config["CORS_ORIGINS"] == ["*"],
     }
     CORS(app, **options)
-    _replace_per_response_hook(app, _cached_cors_headers(get_cors_options(app, options)))
+    computed = get_cors_options(app, options)
+    _replace_per_response_hook(app, _cached_cors_headers(computed))
+    request_steps(app).add_before(_preflights_of_any_path(computed))
     if app.config["CORS_ORIGINS"] != ["*"]:
         app.after_request(_vary_on_origin)
+
+
+def _preflights_of_any_path(options: Any) -> Any:
+    """A before step: a preflight from an allowed origin to a path without a route is answered 200 (the
+    per-response hook adds the CORS headers), not 404, so that the real request gets its real answer."""
+
+    def answer_preflight(request: Request, g: RequestGlobals) -> Response | None:
+        if request.method != "OPTIONS" or request.routing_exception is None:
+            return None  # a routed path: Flask answers its OPTIONS itself
+        headers = request.headers
+        if ACL_REQUEST_METHOD not in headers or not get_cors_origins(options, headers.get("Origin")):
+            return None  # not a preflight, or from an origin not allowed: its 404 as before
+        return Response(status=200)
+
+    return answer_preflight
 
 
 def _replace_per_response_hook(app: Flask, replacement: Any) -> None:

@@ -11,6 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -155,4 +156,31 @@ def test_a_body_cut_short_is_an_api_error_with_its_status(
         "isApiError": True,
         "status": 200,
         "title": "Truncated answer",
+    }
+
+
+def test_a_path_without_a_route_is_its_404_not_an_unreachable_service(
+    browser: Any, base_url: str, elsewhere: str
+) -> None:
+    # A baseUrl ending in /v1 posts to /v1/v1/attention: its preflight was a 404, so Chromium blocked the
+    # real call and the client said status 0, "Service unreachable". A context of its own, without the
+    # loopback guard's routing: under it, the call read its 404 even while the preflight was a 404. Every
+    # request it makes is checked to be a loopback one instead.
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        hosts: list[str | None] = []
+        page.on("request", lambda request: hosts.append(urlsplit(request.url).hostname))
+        page.goto(elsewhere + "/")
+        result = page.evaluate(CALL, [base_url, WORKED, {"baseUrl": base_url + "/v1"}])
+    finally:
+        context.close()
+    assert set(hosts) == {"127.0.0.1"}
+    assert result["error"] == {
+        "name": "ApiError",
+        "isApiError": True,
+        "status": 404,
+        "retryAfter": None,
+        "title": "Not Found",
     }

@@ -220,3 +220,30 @@ def test_a_page_elsewhere_may_send_a_compressed_body(origins: list[str]) -> None
         [0.2689414213699951, 0.7310585786300049], rel=1e-12
     )
     assert answer.headers["Access-Control-Allow-Origin"] in ("*", "https://teaching.example")
+
+
+@pytest.mark.parametrize("origins", [["*"], ["https://teaching.example"]])
+def test_a_preflight_to_a_path_without_a_route_succeeds_so_the_real_404_is_read(origins: list[str]) -> None:
+    # It was a 404, so a browser blocked the real request: the page saw a network failure, not the 404.
+    client = create_app({"TESTING": True, "CORS_ORIGINS": origins, "ACCESS_LOG": False}).test_client()
+    preflight = client.options("/v1/v1/attention", headers=PREFLIGHT)
+    assert preflight.status_code == 200
+    assert preflight.headers["Access-Control-Allow-Origin"] == origins[0]
+    assert "POST" in preflight.headers["Access-Control-Allow-Methods"]
+    real = client.post("/v1/v1/attention", json={}, headers={"Origin": PREFLIGHT["Origin"]})
+    assert real.status_code == 404
+    assert real.headers["Content-Type"] == "application/problem+json"
+    assert real.json is not None
+    assert real.json["status"] == 404
+    assert real.headers["Access-Control-Allow-Origin"] == origins[0]
+
+
+def test_a_preflight_from_an_origin_not_allowed_or_no_preflight_is_still_a_404() -> None:
+    client = create_app(
+        {"TESTING": True, "CORS_ORIGINS": ["https://allowed.example"], "ACCESS_LOG": False}
+    ).test_client()
+    refused = client.options("/v1/nope", headers={**PREFLIGHT, "Origin": "https://other.example"})
+    assert refused.status_code == 404
+    assert "Access-Control-Allow-Origin" not in refused.headers
+    plain = client.options("/v1/nope", headers={"Origin": "https://allowed.example"})
+    assert plain.status_code == 404
