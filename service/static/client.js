@@ -94,11 +94,14 @@ export async function postJson(
   if (apiKey !== undefined && apiKey !== null && (typeof apiKey !== "string" || !apiKey.trim())) {
     throw new TypeError("apiKey must be a non-empty string (the key alone, without 'Bearer')");
   }
+  // Outside the fetch's try: a body JSON cannot write (a BigInt, a cycle) rejects with JSON.stringify's own
+  // TypeError, not as an unreachable service.
+  const json = JSON.stringify(body);
   const headers = { "Content-Type": "application/json", Accept: "application/json" };
   if (apiKey) headers.Authorization = `Bearer ${apiKey.trim()}`;
   for (let retriesLeft = overloadRetries; ; retriesLeft -= 1) {
     try {
-      return await postOnce(path, body, baseUrl, headers, signal);
+      return await postOnce(path, json, baseUrl, headers, signal);
     } catch (error) {
       const asked = error instanceof ApiError && OVERLOADED.has(error.status) ? error.retryAfter : null;
       if (asked === null || asked > mostRetryWait || retriesLeft <= 0) throw error;
@@ -131,14 +134,14 @@ function sleep(seconds, signal) {
   });
 }
 
-async function postOnce(path, body, baseUrl, headers, signal) {
+async function postOnce(path, json, baseUrl, headers, signal) {
   const url = `${baseUrl.replace(/\/$/, "")}${path}`;
   let response;
   try {
     response = await fetch(url, {
       method: "POST",
       headers,
-      body: JSON.stringify(body),
+      body: json,
       signal,
     });
   } catch (error) {

@@ -184,3 +184,33 @@ def test_a_path_without_a_route_is_its_404_not_an_unreachable_service(
         "retryAfter": None,
         "title": "Not Found",
     }
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        ("() => ({ logits: [1, 2], seed: 5n })", "BigInt"),
+        ("() => { const body = { logits: [1, 2] }; body.self = body; return body; }", "circular"),
+    ],
+    ids=["bigint", "circular"],
+)
+def test_a_body_json_cannot_write_is_its_type_error_not_an_unreachable_service(
+    page: Any, base_url: str, elsewhere: str, watch: Watch, make: str, message: str
+) -> None:
+    # JSON.stringify ran inside the fetch's try, whose catch made every error status 0, "Service unreachable".
+    page.goto(elsewhere + "/")
+    result = page.evaluate(
+        """async ([base, make]) => {
+            const { sample, ApiError } = await import(base + "/static/client.js");
+            try { return { answer: await sample((0, eval)(make)()) }; }
+            catch (error) {
+                return { error: { name: error.name, isApiError: error instanceof ApiError,
+                                  message: error.message } };
+            }
+        }""",
+        [base_url, make],
+    )
+    assert result["error"]["name"] == "TypeError"
+    assert result["error"]["isApiError"] is False
+    assert message in result["error"]["message"]
+    assert watch.posts_to("/v1/sample") == []
