@@ -471,3 +471,43 @@ def test_transformer_block_leaves_no_rejection_unhandled_when_a_round_fails(
     for route in held[1:] if how == "a stage refused" else held:
         with contextlib.suppress(PlaywrightError):  # aborted by the widget already
             route.continue_()
+
+
+WIDGETS = [
+    "attention-heatmap",
+    "softmax-temperature",
+    "token-likelihood",
+    "text-generation",
+    "multi-head-attention",
+    "positional-encoding",
+    "kv-cache",
+    "transformer-block",
+]
+
+
+@pytest.mark.parametrize("controls", [False, True], ids=["plain", "controls"])
+def test_every_widget_fits_a_300_px_wide_page(
+    page: Any, base_url: str, bare: str, watch: Watch, controls: bool
+) -> None:
+    # <softmax-temperature>'s rows had column minimums of about 290 px: 313 px wide in a 300 px frame. Wide
+    # matrices may scroll inside their own box (.scroll); the card and the page may not.
+    page.set_viewport_size({"width": 300, "height": 800})
+    open_bare(page, bare)
+    page.evaluate(
+        """([tags, api, controls]) => { for (const tag of tags) {
+             const node = document.createElement(tag); node.setAttribute("api", api);
+             if (controls) node.setAttribute("controls", "");
+             document.body.append(node); } }""",
+        [WIDGETS, base_url, controls],
+    )
+    for tag in WIDGETS:
+        page.wait_for_selector(f"{tag}[data-state=ready]", state="attached")
+    widths = page.evaluate(
+        """(tags) => Object.fromEntries(tags.map((tag) => {
+             const card = document.querySelector(tag).shadowRoot.querySelector(".card");
+             return [tag, [card.scrollWidth, card.clientWidth]]; }))""",
+        WIDGETS,
+    )
+    assert {tag: scroll for tag, (scroll, client) in widths.items() if scroll > client} == {}
+    page_width = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert page_width[0] <= page_width[1]

@@ -15,7 +15,8 @@ const EXAMPLE = {
 const CSS = `
   .summary { margin: 4px 0 10px; }
   .bars { display: grid; gap: 4px; }
-  .row { display: grid; grid-template-columns: minmax(4em, 8em) minmax(6em, 1fr) minmax(8em, 2fr);
+  /* Minimums of 12em and two gaps (about 200 px): the rows fit a 300 px frame; tokens beyond 3em are cut. */
+  .row { display: grid; grid-template-columns: minmax(3em, 8em) minmax(4em, 1fr) minmax(5em, 2fr);
          gap: 10px; align-items: center; }
   .row.head { font-size: 12px; color: var(--muted); }
   .row.top .token { font-weight: 700; }
