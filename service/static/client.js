@@ -6,16 +6,16 @@
 //
 // Every function takes the request body (as in openapi.yaml) and options { baseUrl, apiKey, signal,
 // overloadRetries, mostRetryWait, onRetry }, and resolves to the response body. `apiKey` is sent as
-// `Authorization: Bearer <key>`, for a service that requires keys (API_KEYS); a key in a public page is public. A refused request (application/problem+json)
-// rejects with an ApiError that carries the HTTP status, the messages per request field (`errors`) and the
-// answer's Retry-After in seconds (`retryAfter`); any other failed answer (a proxy's page, a body that is not
-// JSON or is cut short) with an ApiError of its HTTP status, and a service that cannot be reached with one of
-// status 0. An overloaded service's refusal (503 or 429) whose Retry-After is at most `mostRetryWait`
-// seconds (10) is sent again once that has passed (and up to a fifth of it more, at random, so that clients
-// refused together do not all come back together), `overloadRetries` times (2): the service sheds load so
-// that clients come back later, and every call is a pure function of its body. `onRetry({ wait, error })`
-// is told before each wait (the widgets say the service is busy); aborting `signal` ends the call, waiting
-// or not, with the abort's reason.
+// `Authorization: Bearer <key>`, for a service that requires keys (API_KEYS); a key in a public page is
+// public. A refused request (application/problem+json) rejects with an ApiError that carries the HTTP status,
+// the messages per request field (`errors`) and the answer's Retry-After in seconds (`retryAfter`); any other
+// failed answer (a proxy's page, a body that is not JSON or is cut short) with an ApiError of its HTTP
+// status, and a service that cannot be reached with one of status 0. An overloaded service's refusal (503 or
+// 429) whose Retry-After is at most `mostRetryWait` seconds (10) is sent again once that has passed (and up
+// to a fifth of it more, at random, so that clients refused together do not all come back together),
+// `overloadRetries` times (2): the service sheds load so that clients come back later, and every call is a
+// pure function of its body. `onRetry({ wait, error })` is told before each wait (the widgets say the service
+// is busy); aborting `signal` ends the call, waiting or not, with the abort's reason.
 
 /** The service this module was served from: the default base URL of every call. */
 export const DEFAULT_BASE_URL = new URL("..", import.meta.url).href.replace(/\/$/, "");
