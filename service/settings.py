@@ -12,6 +12,14 @@ from typing import Any
 MIB = 1024 * 1024
 
 
+class SettingError(ValueError):
+    """A setting the service cannot start with; its message is one line that names the variable.
+
+    ``attention-service serve`` prints it as that one line and exits 2, in gunicorn's master, before the port
+    is bound or a worker forked (service/server/cli.py).
+    """
+
+
 DERIVED = 0  # a limit not set in the environment: derived from MEMORY_BUDGET_BYTES
 
 
@@ -39,9 +47,9 @@ def _positive_int(name: str, raw: str) -> int:
     try:
         value = int(raw.replace("_", ""))
     except ValueError:
-        raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+        raise SettingError(f"{name} must be a whole number, got {raw!r}") from None
     if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
+        raise SettingError(f"{name} must be positive, got {value}")
     return value
 
 
@@ -55,16 +63,16 @@ def _positive_seconds(name: str, raw: str) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a number of seconds, got {raw!r}") from None
+        raise SettingError(f"{name} must be a number of seconds, got {raw!r}") from None
     if not value > 0 or value == float("inf"):
-        raise ValueError(f"{name} must be a positive number of seconds, got {raw!r}")
+        raise SettingError(f"{name} must be a positive number of seconds, got {raw!r}")
     return value
 
 
 def _origins(name: str, raw: str) -> tuple[str, ...]:
     origins = tuple(origin.strip() for origin in raw.split(",") if origin.strip())
     if not origins:
-        raise ValueError(f"{name} must list at least one origin (or *), got {raw!r}")
+        raise SettingError(f"{name} must list at least one origin (or *), got {raw!r}")
     return origins
 
 
@@ -82,7 +90,7 @@ def _bearer_tokens(name: str, keys: Iterable[str]) -> tuple[str, ...]:
     tokens = tuple(key for key in keys if key)
     for number, key in enumerate(tokens, start=1):
         if not _BEARER_TOKEN.fullmatch(key):
-            raise ValueError(
+            raise SettingError(
                 f"{name}: key {number} is not a bearer token (RFC 6750: ASCII letters, digits and -._~+/, "
                 "then any '='), so no client could send it"
             )
@@ -99,12 +107,12 @@ def _keys_file(name: str, raw: str) -> tuple[str, ...]:
     try:
         text = Path(raw).read_text(encoding="utf-8")
     except OSError as error:
-        raise ValueError(f"{name} names a file that cannot be read: {error}") from None
+        raise SettingError(f"{name} names a file that cannot be read: {error}") from None
     keys = _bearer_tokens(
         name, (line.strip() for line in text.splitlines() if not line.lstrip().startswith("#"))
     )
     if not keys:
-        raise ValueError(f"{name} ({raw}) holds no key")
+        raise SettingError(f"{name} ({raw}) holds no key")
     return keys
 
 
@@ -114,7 +122,7 @@ def _flag(name: str, raw: str) -> bool:
         return True
     if value in ("0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"{name} must be 1/0, true/false, yes/no or on/off, got {raw!r}")
+    raise SettingError(f"{name} must be 1/0, true/false, yes/no or on/off, got {raw!r}")
 
 
 def _setting(default: Any, parse: Callable[[str, str], Any], *, secret: bool = False) -> Any:

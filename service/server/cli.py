@@ -11,6 +11,11 @@ deploy/ all run this. It is gunicorn's documented "Custom Application" (a subcla
    ``WEB_CONCURRENCY`` given on the command line: they are put in the environment before the settings
    module reads it, so the module stays the one place that turns them into gunicorn's settings
    (:func:`command_line_settings`).
+
+Every setting is checked here, in the process that becomes gunicorn's master, before the port is bound or a
+worker forked: a bad one is one line naming it (``attention-service serve: error: …``) and exit status 2, as
+for a bad option (:func:`main`), instead of a traceback, or workers that fail to boot (or crash) one after
+another.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +31,7 @@ import gunicorn.util
 from gunicorn.app.base import BaseApplication
 
 from service.identity import API_VERSION
+from service.settings import SettingError
 
 SETTINGS_MODULE = "service.server.gunicorn_settings"
 DEFAULT_APP = "service:create_app()"
@@ -119,8 +126,53 @@ def command_line_settings(arguments: argparse.Namespace) -> dict[str, Any]:
     return chosen
 
 
+def check_app_settings() -> None:
+    """The app's settings as each worker will read them (service/settings.py, the ``OTEL_*`` variables):
+    a bad one raises :class:`SettingError` here, once, instead of failing every worker's boot.
+
+    Called after the gunicorn settings module has applied ``BLAS_THREADS``: the tracing module loads NumPy.
+    """
+    from service.settings import Settings
+    from service.web.tracing import exporters_from
+
+    try:
+        Settings.from_env()
+        exporters_from(os.environ)
+    except SettingError:
+        raise
+    except ValueError as error:  # the tracing variables' own errors, each already one line naming them
+        raise SettingError(str(error)) from None
+
+
+def check_server(server: AttentionServer) -> None:
+    """What gunicorn itself only finds in a worker, or after binding: its worker class, and TLS."""
+    from service.server.tls import check_tls
+
+    uri = server.cfg.worker_class_str
+    try:
+        # Loads the class. A missing class is an AttributeError in gunicorn's property, which its Config then
+        # answers with the setting's text instead: load it again to raise that error.
+        if not isinstance(server.cfg.worker_class, type):
+            gunicorn.util.load_class(uri)
+    except Exception as error:
+        # gunicorn's own error for a module that cannot be imported holds the import's traceback
+        reason = str(error.__cause__ or error.__context__ or error).strip().splitlines()[-1]
+        raise SettingError(
+            f"GUNICORN_WORKER_CLASS: the worker class {uri!r} cannot be loaded: {reason}"
+        ) from None
+    check_tls(server.cfg)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; ``serve`` returns when gunicorn's master stops."""
+    """Run the command line; ``serve`` returns when gunicorn's master stops (2 at once for a bad setting)."""
     arguments = parser().parse_args(argv)
-    AttentionServer(arguments.app, command_line_settings(arguments)).run()
+    try:
+        overrides = command_line_settings(arguments)
+        check_app_settings()
+        server = AttentionServer(arguments.app, overrides)
+        check_server(server)
+    except SettingError as error:
+        print(f"{PROG} {arguments.command}: error: {error}", file=sys.stderr)
+        return 2
+    server.run()
     return 0

@@ -9,6 +9,7 @@ gunicorn's own error answers.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import math
@@ -21,6 +22,8 @@ from typing import Any
 import gunicorn.util
 
 from service.server.problems import write_problem
+from service.server.tls import check_tls
+from service.settings import SettingError
 from service.web.statuses import status_phrase
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
@@ -96,10 +99,24 @@ _created_metrics_dir = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
 if _created_metrics_dir:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="attention-metrics-")
 _metrics_dir = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+_master_pid = os.getpid()
+
+
+@atexit.register
+def _remove_made_metrics_dir() -> None:
+    """Remove the metrics directory this config made when the process that made it exits, however it exits
+    (gunicorn's ``on_exit`` runs only after a start; a setting refused before, or a port in use, left it)."""
+    if _created_metrics_dir and os.getpid() == _master_pid:  # forked workers run this at their exit too
+        shutil.rmtree(_metrics_dir, ignore_errors=True)
 
 
 def on_starting(server: Any) -> None:
-    """Start from an empty metrics directory: files left by an earlier run would be counted again."""
+    """Check TLS in the master (``serve`` has already; this is for gunicorn's own command line), and start
+    from an empty metrics directory: files left by an earlier run would be counted again."""
+    try:
+        check_tls(server.cfg)
+    except SettingError as error:
+        raise RuntimeError(str(error)) from None  # gunicorn prints it as one line and exits 1
     _metrics_dir.mkdir(parents=True, exist_ok=True)
     for stale in _metrics_dir.glob("*.db"):
         stale.unlink()

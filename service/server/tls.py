@@ -44,3 +44,32 @@ def handshake(sock: Any, context: ssl.SSLContext, *, suppress_ragged_eofs: bool)
         secured.close()
         raise
     return secured
+
+
+def check_tls(cfg: Any) -> None:
+    """Build the TLS context gunicorn's configuration ``cfg`` asks for, as each worker will, and raise
+    :class:`~service.settings.SettingError` (one line naming the settings) if it cannot be built.
+
+    Checked in the master at start-up: gunicorn builds it only in each worker's ``run()``, so a certificate
+    without its key or ciphers OpenSSL does not know made every worker crash as it booted, and the master
+    start another, for ever. ``gunicorn.sock.ssl_context`` is what gunicorn's gevent worker calls (with the
+    ``ssl_context`` server hook, if one is set).
+    """
+    if not cfg.is_ssl:
+        return
+    import gunicorn.sock
+
+    from service.settings import SettingError
+
+    try:
+        gunicorn.sock.ssl_context(cfg)
+    except (OSError, ValueError, TypeError) as error:  # ssl.SSLError is an OSError
+        # OpenSSL's own errors carry their text as their only argument ("No cipher can be selected.")
+        reason = str(error.args[0]) if len(error.args) == 1 else str(error)
+        if cfg.certfile and not cfg.keyfile:
+            reason += " (no --keyfile: the certificate file must then hold the private key too)"
+        given = f"certfile={cfg.certfile!r} keyfile={cfg.keyfile!r} ciphers={cfg.ciphers!r}"
+        raise SettingError(
+            f"TLS cannot be set up with {given} (gunicorn's --certfile, --keyfile and --ciphers, e.g. in "
+            f"GUNICORN_CMD_ARGS): {' '.join(reason.split())}"
+        ) from None

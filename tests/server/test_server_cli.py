@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -144,3 +146,81 @@ def test_version() -> None:
     from service.identity import API_VERSION
 
     assert done.stdout.split() == ["attention-service", API_VERSION]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def refusal(tmp_path: Path, *argv: str, **variables: str) -> str:
+    """``serve`` with ``variables`` (one worker, a free loopback port, its temporary files in ``tmp_path``),
+    which must refuse to start: exit 2 with one line on stderr, which this returns, before listening, and
+    leaving no metrics directory behind. A server that starts instead is stopped (its whole process group)."""
+    variables = {"PORT": str(free_port()), "WEB_CONCURRENCY": "1", "TMPDIR": str(tmp_path)} | variables
+    started = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", *argv],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=environment(**variables),
+        start_new_session=True,
+    )
+    try:
+        _, stderr = started.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(started.pid, signal.SIGKILL)
+        _, stderr = started.communicate(timeout=30)
+        pytest.fail(f"the server started: {stderr[-2000:]}")
+    assert started.returncode == 2, stderr[-3000:]
+    assert len(stderr.strip().splitlines()) == 1, stderr[-3000:]
+    assert "Listening" not in stderr
+    assert list(tmp_path.glob("attention-metrics-*")) == [], "a metrics directory was left behind"
+    return stderr.strip()
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        ({"MAX_BODY_BYTES": "abc"}, "MAX_BODY_BYTES must be a whole number, got 'abc'"),
+        ({"MEMORY_BUDGET_BYTES": ""}, "MEMORY_BUDGET_BYTES must be a whole number"),
+        ({"COMPUTE_QUEUE_SECONDS": "nan"}, "COMPUTE_QUEUE_SECONDS must be a positive number of seconds"),
+        ({"OTEL_TRACES_EXPORTER": "bogus"}, "OTEL_TRACES_EXPORTER names bogus"),
+        (
+            {"GUNICORN_WORKER_CLASS": "bogus.Cls"},
+            "GUNICORN_WORKER_CLASS: the worker class 'bogus.Cls' cannot",
+        ),
+        ({"GUNICORN_WORKER_CLASS": "service.server.worker.Nope"}, "has no attribute 'Nope'"),
+    ],
+)
+def test_a_bad_app_setting_is_one_line_from_the_master(
+    tmp_path: Path, variables: dict[str, str], says: str
+) -> None:
+    # Each worker read them as it booted: a traceback per worker, then "Worker failed to boot", exit 3 (the
+    # worker class: a traceback from the master, or a master that ran without workers).
+    line = refusal(tmp_path, **variables)
+    assert line.startswith("attention-service serve: error: ")
+    assert says in line
+
+
+TLS = ROOT / "deploy" / "test-tls"
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (f"--certfile {TLS / 'certificate.pem'}", "no --keyfile"),
+        (f"--keyfile {TLS / 'key.pem'}", "keyfile="),
+        (f"--certfile {TLS / 'certificate.pem'} --keyfile {TLS / 'key.pem'} --ciphers BOGUS", "No cipher"),
+        (f"--certfile {TLS / 'key.pem'} --keyfile {TLS / 'certificate.pem'}", "certfile="),
+    ],
+)
+def test_a_bad_tls_setting_is_one_line_from_the_master(tmp_path: Path, options: str, says: str) -> None:
+    # gunicorn built the context only in each worker's run(): every worker crashed as it booted and the
+    # master started another, for ever (11 boots in 3 s), listening all the while.
+    line = refusal(tmp_path, GUNICORN_CMD_ARGS=options)
+    assert "TLS cannot be set up" in line
+    assert says in line
