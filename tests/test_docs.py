@@ -73,7 +73,8 @@ def documented_defaults() -> dict[str, str | None]:
 
 def gunicorn_conf_variables() -> set[str]:
     source = GUNICORN_CONF.read_text(encoding="utf-8")
-    return set(re.findall(r"os\.environ\.get\(\s*[\"']([A-Z0-9_]+)[\"']", source))
+    # Read with os.environ.get or service/server/environment.py (_env.whole("GUNICORN_TIMEOUT", …)).
+    return set(re.findall(r"(?:os\.environ\.get|_env\.\w+)\(\s*[\"']([A-Z0-9_]+)[\"']", source))
 
 
 # Runs the gunicorn settings module once with none of the documented variables set, then once per variable

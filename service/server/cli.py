@@ -24,41 +24,15 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
-
-import gunicorn.util
-from gunicorn.app.base import BaseApplication
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from service.identity import API_VERSION
+from service.server import DEFAULT_APP, PROG, SETTINGS_MODULE
 from service.settings import SettingError
 
-SETTINGS_MODULE = "service.server.gunicorn_settings"
-DEFAULT_APP = "service:create_app()"
-PROG = "attention-service"
-
-
-class AttentionServer(BaseApplication):  # type: ignore[misc]  # gunicorn has no type hints
-    """gunicorn serving ``app`` (``module:callable`` as gunicorn takes it) with the service's settings."""
-
-    def __init__(self, app: str = DEFAULT_APP, overrides: Mapping[str, Any] | None = None) -> None:
-        self.app_uri = app
-        self.overrides = dict(overrides or {})
-        super().__init__(prog=PROG)
-
-    def load_config(self) -> None:
-        settings = vars(importlib.import_module(SETTINGS_MODULE))
-        from_environment = self.cfg.parser().parse_args(self.cfg.get_cmd_args_from_env())
-        chosen = {name: value for name, value in settings.items() if name in self.cfg.settings}
-        chosen |= {name: value for name, value in vars(from_environment).items() if value is not None}
-        chosen |= self.overrides
-        for name, value in chosen.items():
-            if name in self.cfg.settings:
-                self.cfg.set(name, value)
-        self.cfg.set("default_proc_name", self.app_uri)
-
-    def load(self) -> Any:
-        return gunicorn.util.import_app(self.app_uri)
+if TYPE_CHECKING:
+    from service.server.application import AttentionServer
 
 
 def worker_count(text: str) -> int:
@@ -75,6 +49,17 @@ def port(text: str) -> int:
     return value
 
 
+def host(text: str) -> str:
+    """``--host`` as ``HOST`` takes it (service/server/environment.py): a name, an IPv4 or IPv6 address."""
+    from service.server.environment import bind_host
+
+    try:
+        bind_host("--host", text)
+    except SettingError as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("--host ")) from None
+    return text
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=PROG, description="The attention service: masked attention, softmax and likelihood over HTTP."
@@ -89,7 +74,9 @@ def parser() -> argparse.ArgumentParser:
             "these options override HOST, PORT and WEB_CONCURRENCY. Stop it with SIGTERM or Ctrl-C."
         ),
     )
-    serve.add_argument("--host", help="address to bind (HOST, default 127.0.0.1; 0.0.0.0: every interface)")
+    serve.add_argument(
+        "--host", type=host, help="address to bind (HOST, default 127.0.0.1; 0.0.0.0: every interface)"
+    )
     serve.add_argument("--port", type=port, help="port to bind (PORT, default 8000)")
     serve.add_argument(
         "--workers", type=worker_count, help="worker processes (WEB_CONCURRENCY, default the cores available)"
@@ -146,6 +133,8 @@ def check_app_settings() -> None:
 
 def check_server(server: AttentionServer) -> None:
     """What gunicorn itself only finds in a worker, or after binding: its worker class, and TLS."""
+    import gunicorn.util
+
     from service.server.tls import check_tls
 
     uri = server.cfg.worker_class_str
@@ -169,6 +158,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         overrides = command_line_settings(arguments)
         check_app_settings()
+        # Only now: gunicorn's config module reads WEB_CONCURRENCY as it is imported (int(), a traceback)
+        from service.server.application import AttentionServer
+
         server = AttentionServer(arguments.app, overrides)
         check_server(server)
     except SettingError as error:

@@ -21,6 +21,7 @@ from typing import Any
 
 import gunicorn.util
 
+from service.server import environment as _env
 from service.server.problems import write_problem
 from service.server.tls import check_tls
 from service.settings import SettingError
@@ -32,7 +33,11 @@ from service.web.statuses import status_phrase
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_name, os.environ.get("BLAS_THREADS", "1"))
 
-bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
+# An empty HOST or PORT is unset, as every variable here (compose passes unset ones empty); an IPv6 address
+# is put in brackets for gunicorn.
+_host = _env.bind_host("HOST", _env.given("HOST") or "127.0.0.1")
+_port = _env.tcp_port("PORT", _env.given("PORT") or "8000")
+bind = f"{_host}:{_port}"
 
 
 def _available_cpus() -> int:
@@ -50,19 +55,25 @@ def _available_cpus() -> int:
     return cpus
 
 
-workers = int(os.environ.get("WEB_CONCURRENCY", _available_cpus()))
+# At least 1, as --workers: 0 workers made a master that listened and never answered.
+workers = _env.whole("WEB_CONCURRENCY", _available_cpus(), least=1)
+if _env.given("WEB_CONCURRENCY") is None:
+    # gunicorn's own config module reads it as it is imported, with int(): "" would be a traceback there
+    os.environ.pop("WEB_CONCURRENCY", None)
 # gevent workers: each connection is a greenlet, so idle, slowloris and slow-reading clients wait in the
 # worker's event loop instead of holding the worker (with sync workers, 64 idle connections or 4 slow
 # readers stalled /livez for the full timeout). Chosen by measurement against sync (alone and behind nginx),
 # gthread and a uvicorn worker: docs/performance.md, "Worker models" (python -m bench.workers). The subclass
 # adds admission at the connection level (head deadlines, room kept for new connections, no 100 Continue for
 # a refused body: service/server/worker.py); the kernels run on a thread (service/web/admission.py).
-worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "service.server.worker.AdmittingGeventWorker")
+# cli.py loads it before anything starts, to refuse one that cannot be loaded.
+worker_class = _env.given("GUNICORN_WORKER_CLASS") or "service.server.worker.AdmittingGeventWorker"
 # Connections each gevent worker holds at once (gunicorn's default); past it, new ones wait in the backlog.
-worker_connections = int(os.environ.get("GUNICORN_WORKER_CONNECTIONS", "1000"))
+# At least 1: with 0 the worker accepted nothing, and the server listened without ever answering.
+worker_connections = _env.whole("GUNICORN_WORKER_CONNECTIONS", 1000, least=1)
 # Threads only matter to the gthread worker ("sync" with more than one thread selects it).
-threads = int(os.environ.get("GUNICORN_THREADS", "1"))
-timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
+threads = _env.whole("GUNICORN_THREADS", 1, least=1)
+timeout = _env.whole("GUNICORN_TIMEOUT", 30, least=0)  # gunicorn: 0 turns the timeout off
 # Seconds a gevent worker waits for the next request on a kept-alive connection (the first request's head
 # has HEADER_TIMEOUT_SECONDS: service/server/worker.py). Longer than the idle timeout of the clients and
 # proxies in front (httpx 5 s, nginx's upstream keepalive 60 s, common cloud load balancers 60 s), so the
@@ -70,20 +81,25 @@ timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 # connection first: at 5 s, a worker busy with other requests could close one just as the client sent a
 # request on it, and the soak saw that request dropped. An idle connection costs a greenlet, of
 # worker_connections per worker.
-keepalive = int(os.environ.get("GUNICORN_KEEPALIVE", "75"))
+keepalive = _env.whole("GUNICORN_KEEPALIVE", 75, least=0)
 # On SIGTERM, requests in flight get this long to finish before their worker is killed.
-graceful_timeout = int(os.environ.get("GUNICORN_GRACEFUL_TIMEOUT", "20"))
+graceful_timeout = _env.whole("GUNICORN_GRACEFUL_TIMEOUT", 20, least=0)
 # Recycle each worker after this many requests (0 = never), jittered so they do not all restart at once.
-max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", "10000"))
-max_requests_jitter = int(os.environ.get("GUNICORN_MAX_REQUESTS_JITTER", "1000"))
+max_requests = _env.whole("GUNICORN_MAX_REQUESTS", 10000, least=0)
+max_requests_jitter = _env.whole("GUNICORN_MAX_REQUESTS_JITTER", 1000, least=0)
 # The heartbeat file lives in memory: a disk-backed /tmp can stall it under I/O load (and the
 # container's root filesystem is read-only).
-worker_tmp_dir = os.environ.get("GUNICORN_WORKER_TMP_DIR", "/dev/shm" if Path("/dev/shm").is_dir() else None)
+worker_tmp_dir = _env.given("GUNICORN_WORKER_TMP_DIR") or ("/dev/shm" if Path("/dev/shm").is_dir() else None)
+if worker_tmp_dir is not None and not Path(worker_tmp_dir).is_dir():
+    # gunicorn finds out in each worker: a traceback, "Worker failed to boot"
+    raise SettingError(f"GUNICORN_WORKER_TMP_DIR must be a directory, got {worker_tmp_dir!r}")
 # The app writes one JSON line per request itself (service/web/access_log.py, with the request id and
 # route); gunicorn's own access log would only duplicate it.
 accesslog = None
 errorlog = "-"
-loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+loglevel = (_env.given("GUNICORN_LOG_LEVEL") or "info").lower()
+if loglevel not in _env.LOG_LEVELS:  # gunicorn would log at info instead, saying nothing
+    raise SettingError(f"GUNICORN_LOG_LEVEL must be one of {', '.join(_env.LOG_LEVELS)}, got {loglevel!r}")
 # No request header sets the WSGI SCRIPT_NAME or PATH_INFO (gunicorn's default trusts them from any client of
 # forwarded_allow_ips, 127.0.0.1 by default): the service is not mounted under a prefix, and a SCRIPT_NAME
 # header that the path did not start with was a 500 for any local client. An operator who mounts it under a
@@ -95,7 +111,18 @@ control_socket_disable = True
 
 # Prometheus multiprocess mode: every worker writes its samples under this directory and /metrics adds
 # them up. It must be in the environment before a worker imports prometheus_client, i.e. now.
-_created_metrics_dir = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+# Made last, once every setting above has passed (and removed at exit if a later check fails).
+_given_metrics_dir = _env.given("PROMETHEUS_MULTIPROC_DIR")
+if _given_metrics_dir is not None:
+    try:
+        Path(_given_metrics_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as _error:
+        raise SettingError(
+            f"PROMETHEUS_MULTIPROC_DIR must be a directory this process can make or use, got "
+            f"{_given_metrics_dir!r}: {_error.strerror}"
+        ) from None
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _given_metrics_dir
+_created_metrics_dir = _given_metrics_dir is None
 if _created_metrics_dir:
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="attention-metrics-")
 _metrics_dir = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])

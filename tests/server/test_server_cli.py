@@ -23,7 +23,9 @@ _RESOLVE = """
 import json, sys
 from service.server import cli
 arguments = cli.parser().parse_args(sys.argv[1:])
-server = cli.AttentionServer(arguments.app, cli.command_line_settings(arguments))
+overrides = cli.command_line_settings(arguments)
+from service.server.application import AttentionServer
+server = AttentionServer(arguments.app, overrides)
 server.cfg.on_exit(None)  # removes the metrics directory the settings made
 names = ("bind", "workers", "worker_class", "keepalive", "limit_request_line", "timeout")
 print(json.dumps({name: server.cfg.settings[name].get() for name in names}))
@@ -123,6 +125,7 @@ def test_the_settings_module_sets_blas_threads_before_anything_loads_numpy() -> 
         (["serve", "--port", "70000"], "must be a TCP port"),
         (["serve", "--workers", "0"], "must be at least 1"),
         (["serve", "--port", "eighty"], "invalid port value"),
+        (["serve", "--host", "a b"], "must be a host name or an IP address"),
         ([], "required: COMMAND"),
     ],
 )
@@ -170,7 +173,7 @@ def refusal(tmp_path: Path, *argv: str, **variables: str) -> str:
         start_new_session=True,
     )
     try:
-        _, stderr = started.communicate(timeout=60)
+        _, stderr = started.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(started.pid, signal.SIGKILL)
         _, stderr = started.communicate(timeout=30)
@@ -224,3 +227,57 @@ def test_a_bad_tls_setting_is_one_line_from_the_master(tmp_path: Path, options: 
     line = refusal(tmp_path, GUNICORN_CMD_ARGS=options)
     assert "TLS cannot be set up" in line
     assert says in line
+
+
+@pytest.mark.parametrize(
+    ("variables", "says"),
+    [
+        # 0 workers, or 0 connections a worker: a server that listened and never answered
+        ({"WEB_CONCURRENCY": "0"}, "WEB_CONCURRENCY must be at least 1, not 0"),
+        ({"GUNICORN_WORKER_CONNECTIONS": "0"}, "GUNICORN_WORKER_CONNECTIONS must be at least 1, not 0"),
+        # bare int() in the settings module or in gunicorn's: tracebacks
+        ({"WEB_CONCURRENCY": "abc"}, "WEB_CONCURRENCY must be a whole number, got 'abc'"),
+        ({"GUNICORN_TIMEOUT": "1.5"}, "GUNICORN_TIMEOUT must be a whole number, got '1.5'"),
+        ({"GUNICORN_KEEPALIVE": "abc"}, "GUNICORN_KEEPALIVE must be a whole number, got 'abc'"),
+        ({"GUNICORN_THREADS": "0"}, "GUNICORN_THREADS must be at least 1, not 0"),
+        ({"GUNICORN_MAX_REQUESTS": "-1"}, "GUNICORN_MAX_REQUESTS must be at least 0, not -1"),
+        # an OverflowError traceback from bind()
+        ({"PORT": "99999"}, "PORT must be a TCP port (0-65535), not 99999"),
+        ({"PORT": "-1"}, "PORT must be a TCP port (0-65535), not -1"),
+        ({"PORT": "http"}, "PORT must be a TCP port (0-65535), got 'http'"),
+        ({"HOST": "a:b"}, "HOST must be a host name or an IP address"),
+        # tracebacks from the master, or from every worker as it booted
+        ({"GUNICORN_WORKER_TMP_DIR": "/nonexistent"}, "GUNICORN_WORKER_TMP_DIR must be a directory"),
+        (
+            {"PROMETHEUS_MULTIPROC_DIR": str(ROOT / "README.md")},
+            "PROMETHEUS_MULTIPROC_DIR must be a directory",
+        ),
+        # gunicorn logged at info instead, saying nothing
+        ({"GUNICORN_LOG_LEVEL": "bogus"}, "GUNICORN_LOG_LEVEL must be one of debug, info, warning"),
+    ],
+)
+def test_a_bad_server_setting_is_one_line_from_the_master(
+    tmp_path: Path, variables: dict[str, str], says: str
+) -> None:
+    line = refusal(tmp_path, **variables)
+    assert line.startswith(f"attention-service serve: error: {says}"), line
+
+
+def test_an_empty_server_variable_means_its_default() -> None:
+    # compose passes unset variables empty: HOST= had bound every interface (":8000"), WEB_CONCURRENCY= and
+    # GUNICORN_KEEPALIVE= were tracebacks
+    empty = dict.fromkeys(["HOST", "PORT", "WEB_CONCURRENCY", "GUNICORN_KEEPALIVE", "GUNICORN_TIMEOUT"], "")
+    settings = resolve("serve", **empty, GUNICORN_WORKER_CLASS=" ")
+    assert settings["bind"] == ["127.0.0.1:8000"]
+    assert settings["keepalive"] == 75
+    assert settings["timeout"] == 30
+    assert settings["worker_class"] == "service.server.worker.AdmittingGeventWorker"
+    assert isinstance(settings["workers"], int)
+    assert settings["workers"] >= 1
+
+
+def test_an_ipv6_host_is_put_in_brackets() -> None:
+    # HOST=:: was "'' is not a valid port number": gunicorn splits an address at its first colon
+    assert resolve("serve", HOST="::")["bind"] == ["[::]:8000"]
+    assert resolve("serve", HOST="[::1]", PORT="9004")["bind"] == ["[::1]:9004"]
+    assert resolve("serve", "--host", "::1", "--port", "9005")["bind"] == ["[::1]:9005"]
