@@ -22,6 +22,57 @@ class SettingError(ValueError):
 
 DERIVED = 0  # a limit not set in the environment: derived from MEMORY_BUDGET_BYTES
 
+# The smallest budget a worker starts with: its derived limits (175 KB bodies, 174,762 elements) take the
+# worked example and more; MEMORY_BUDGET_BYTES=1 had derived limits of 0: every body a 413, /readyz a 200.
+MIN_MEMORY_BUDGET_BYTES = 4 * MIB
+# Computations a worker may run at once: each is a thread (10**20 was an OverflowError, a 500, per request).
+MAX_COMPUTE_SLOTS = 1024
+# What admission (service/web/admission.py) counts, and the limits are checked against here:
+# uploads over SMALL_BODY_BYTES may hold UPLOAD_SHARE of the budget between them; a computation holds
+# HELD_PER_WORK_ELEMENT bytes for each element of the arrays it holds whole; a value of a JSON answer takes
+# at most JSON_BYTES_PER_VALUE bytes (service/web/limits.py).
+SMALL_BODY_BYTES = 64 * 1024
+UPLOAD_SHARE = 0.75
+HELD_PER_WORK_ELEMENT = 24
+JSON_BYTES_PER_VALUE = 25
+
+
+def check_body_limit(max_body_bytes: int, memory_budget_bytes: int) -> None:
+    """Refuse a body limit over what uploads may hold of the budget: no body that large could ever be read (a
+    503 "try again" for ever, and every chunked body, reserved at ``MAX_BODY_BYTES``, with it)."""
+    uploads_may_hold = int(UPLOAD_SHARE * memory_budget_bytes)
+    if max_body_bytes > max(uploads_may_hold, SMALL_BODY_BYTES):
+        raise SettingError(
+            f"MAX_BODY_BYTES ({max_body_bytes:,}) is more than uploads may hold of "
+            f"MEMORY_BUDGET_BYTES ({UPLOAD_SHARE:g} × {memory_budget_bytes:,} = "
+            f"{uploads_may_hold:,}): no body that large could ever be read. Lower MAX_BODY_BYTES (or "
+            "leave it unset: it is then derived from the budget) or raise MEMORY_BUDGET_BYTES."
+        )
+
+
+def check_request_fits(max_work_elements: int, max_answer_bytes: int, memory_budget_bytes: int) -> None:
+    """Refuse limits that let one request hold more than the budget: its arrays (``MAX_WORK_ELEMENTS``, 24
+    bytes an element) or the values of its largest JSON answer (``MAX_ANSWER_BYTES`` / 25, as many arrays).
+
+    Admission reserves at most the budget for a request, whatever its estimate: with
+    ``MAX_WORK_ELEMENTS=1000000000`` one worker peaked at 608 MiB against a 384 MiB budget. The limits derived
+    from the budget pass (budget / 24 elements, budget / 2 of answer).
+    """
+    for name, limit, held in (
+        ("MAX_WORK_ELEMENTS", max_work_elements, HELD_PER_WORK_ELEMENT * max_work_elements),
+        (
+            "MAX_ANSWER_BYTES",
+            max_answer_bytes,
+            HELD_PER_WORK_ELEMENT * max_answer_bytes // JSON_BYTES_PER_VALUE,
+        ),
+    ):
+        if held > memory_budget_bytes:
+            raise SettingError(
+                f"{name} ({limit:,}) lets one request hold {held:,} bytes, more than MEMORY_BUDGET_BYTES "
+                f"({memory_budget_bytes:,}): lower {name} (or leave it unset: it is then derived from the "
+                "budget) or raise MEMORY_BUDGET_BYTES."
+            )
+
 
 def derived_limits(budget: int) -> dict[str, int]:
     """Every size limit from the memory one request may use (384 MiB gives 16 MiB, 16 Mi elements, …).
@@ -160,9 +211,21 @@ class Settings:
     access_log: bool = _setting(True, _flag)
 
     def __post_init__(self) -> None:
+        if self.memory_budget_bytes < MIN_MEMORY_BUDGET_BYTES:
+            raise SettingError(
+                f"MEMORY_BUDGET_BYTES must be at least {MIN_MEMORY_BUDGET_BYTES:,} (4 MiB), got "
+                f"{self.memory_budget_bytes:,}: the limits derived from less would refuse every request."
+            )
         for name, value in derived_limits(self.memory_budget_bytes).items():
             if getattr(self, name) == DERIVED:
                 object.__setattr__(self, name, value)  # frozen: filled in once, here
+        check_body_limit(self.max_body_bytes, self.memory_budget_bytes)
+        check_request_fits(self.max_work_elements, self.max_answer_bytes, self.memory_budget_bytes)
+        if self.compute_slots > MAX_COMPUTE_SLOTS:
+            raise SettingError(
+                f"COMPUTE_SLOTS must be at most {MAX_COMPUTE_SLOTS:,} (each is a thread), "
+                f"got {self.compute_slots:,}"
+            )
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -54,6 +54,7 @@ from flask import Flask, Response
 from flask.wrappers import Request
 
 from service.requests import Work
+from service.settings import HELD_PER_WORK_ELEMENT, SMALL_BODY_BYTES, UPLOAD_SHARE, check_body_limit
 from service.web.body import CountingInput, body_size, counting_input, framing_header, malformed_body
 from service.web.connection import WaitEnd, close_connection_after_answer, room_watch, under_gevent
 from service.web.garbage import collection_paused
@@ -82,11 +83,9 @@ _RESERVATION_KEY = "attention.reservation"
 # the measured peaks these bound). Work done in blocks of rows (output-only attention) holds only its answer
 # whole. The parse itself is held before it starts, from a count of the body (room_for_parsing).
 HELD_PER_BODY_BYTE = 16
-HELD_PER_WORK_ELEMENT = 24
-# Bodies up to this size are always small next to the budget; larger uploads may hold at most UPLOAD_SHARE of
-# the budget between them while they are being read.
-SMALL_BODY_BYTES = 64 * 1024
-UPLOAD_SHARE = 0.75
+# HELD_PER_WORK_ELEMENT (above), SMALL_BODY_BYTES and UPLOAD_SHARE are service/settings.py's, which checks the
+# limits against them at start: bodies up to SMALL_BODY_BYTES are always small next to the budget; larger
+# uploads may hold at most UPLOAD_SHARE of the budget between them while they are being read.
 # Large uploads and computations (work that needs a compute slot) leave this share of the budget to small
 # requests: a computation's estimate can be the whole budget (the largest the default limits accept is), and
 # without this the worked example found no room for its 57-byte body while one ran.
@@ -146,16 +145,8 @@ class AdmissionLimits:
     answer_min_bytes_per_second: int = 256 * 1024
 
     def __post_init__(self) -> None:
-        uploads_may_hold = int(UPLOAD_SHARE * self.memory_budget_bytes)
-        if self.max_body_bytes > max(uploads_may_hold, SMALL_BODY_BYTES):
-            # A body over what uploads may hold could never be read: a 503 "try again" for ever, and every
-            # chunked body (reserved at MAX_BODY_BYTES) with it. Refused at start instead.
-            raise ValueError(
-                f"MAX_BODY_BYTES ({self.max_body_bytes:,}) is more than uploads may hold of "
-                f"MEMORY_BUDGET_BYTES ({UPLOAD_SHARE:g} × {self.memory_budget_bytes:,} = "
-                f"{uploads_may_hold:,}): no body that large could ever be read. Lower MAX_BODY_BYTES (or "
-                "leave it unset: it is then derived from the budget) or raise MEMORY_BUDGET_BYTES."
-            )
+        # Settings.from_env checked it already; a config given to create_app is checked here
+        check_body_limit(self.max_body_bytes, self.memory_budget_bytes)
 
     @classmethod
     def from_config(cls, config: Any) -> AdmissionLimits:

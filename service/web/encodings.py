@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 import flask
 
-from service.web.admission import SMALL_BODY_BYTES, hold_body_bytes
+from service.settings import SMALL_BODY_BYTES
+from service.web.admission import hold_body_bytes
 from service.web.body import note_inflated_size, read_body
 from service.web.connection import let_other_connections_run
 from service.web.problems import Problem, header_problem

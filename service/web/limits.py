@@ -7,13 +7,14 @@ from dataclasses import dataclass
 from flask import current_app
 
 from service.requests import Bound, Work
+from service.settings import JSON_BYTES_PER_VALUE
 from service.web.metrics import record_work
 from service.web.problems import Problem
 
 # The longest JSON one value of an answer takes with its separator: a float64 such as
 # -2.2250738585072014e-308 and a comma. float32 values, integers, booleans and nulls are shorter, so the
-# estimate is an upper bound for every precision (brackets of one-value rows aside).
-JSON_BYTES_PER_VALUE = 25
+# estimate is an upper bound for every precision (brackets of one-value rows aside). service/settings.py's
+# JSON_BYTES_PER_VALUE (the settings check MAX_ANSWER_BYTES with it).
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,13 @@ def refusal(tmp_path: Path, *argv: str, **variables: str) -> str:
         ({"MEMORY_BUDGET_BYTES": ""}, "MEMORY_BUDGET_BYTES must be a whole number"),
         ({"COMPUTE_QUEUE_SECONDS": "nan"}, "COMPUTE_QUEUE_SECONDS must be a positive number of seconds"),
         ({"OTEL_TRACES_EXPORTER": "bogus"}, "OTEL_TRACES_EXPORTER names bogus"),
+        ({"MEMORY_BUDGET_BYTES": "1"}, "MEMORY_BUDGET_BYTES must be at least 4,194,304 (4 MiB)"),
+        (
+            {"MEMORY_BUDGET_BYTES": str(32 << 20), "MAX_BODY_BYTES": str(32 << 20)},
+            "MAX_BODY_BYTES (33,554,432)",
+        ),
+        ({"MAX_WORK_ELEMENTS": "1000000000", "MAX_ANSWER_BYTES": "100000000000"}, "MAX_WORK_ELEMENTS (1,000"),
+        ({"COMPUTE_SLOTS": str(10**20)}, "COMPUTE_SLOTS must be at most 1,024"),
         (
             {"GUNICORN_WORKER_CLASS": "bogus.Cls"},
             "GUNICORN_WORKER_CLASS: the worker class 'bogus.Cls' cannot",
