@@ -29,9 +29,19 @@ from service.web.statuses import status_phrase
 
 # One BLAS thread per worker: the workers already use the cores, and BLAS's own threads would
 # oversubscribe them. This must be set before NumPy is first imported in the master (the worker class
-# imports it there), as forked workers keep the thread count OpenBLAS read when it was loaded.
+# imports it there), as forked workers keep the thread count OpenBLAS read when it was loaded. BLAS_THREADS,
+# when given, sets all three (a whole number, at least 1: 0 or -1 let OpenBLAS use every core); when not,
+# each library's own variable already set is kept, and the others are 1.
+_blas_threads = _env.given("BLAS_THREADS")
+if _blas_threads is not None:
+    _blas_threads = str(_env.checked_whole("BLAS_THREADS", _blas_threads, least=1))
 for _name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_name, os.environ.get("BLAS_THREADS", "1"))
+    if _blas_threads is not None:
+        os.environ[_name] = (
+            _blas_threads  # OPENBLAS_NUM_THREADS=1 had kept OpenBLAS at 1 under BLAS_THREADS=2
+        )
+    else:
+        os.environ.setdefault(_name, "1")
 
 # An empty HOST or PORT is unset, as every variable here (compose passes unset ones empty); an IPv6 address
 # is put in brackets for gunicorn.

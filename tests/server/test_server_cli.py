@@ -288,3 +288,45 @@ def test_an_ipv6_host_is_put_in_brackets() -> None:
     assert resolve("serve", HOST="::")["bind"] == ["[::]:8000"]
     assert resolve("serve", HOST="[::1]", PORT="9004")["bind"] == ["[::1]:9004"]
     assert resolve("serve", "--host", "::1", "--port", "9005")["bind"] == ["[::1]:9005"]
+
+
+BLAS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def blas_threads(**variables: str) -> list[str]:
+    """The three libraries' thread counts once the settings module has run with ``variables``."""
+    script = (
+        "import os, service.server.gunicorn_settings as settings\n"
+        f"print(*(os.environ[name] for name in {BLAS!r}))\n"
+    )
+    env = {k: v for k, v in environment(**variables).items() if k not in BLAS and k != "BLAS_THREADS"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env | variables,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def test_blas_threads_when_given_sets_all_three_libraries() -> None:
+    # OPENBLAS_NUM_THREADS=1 already set had kept OpenBLAS at 1 thread while OMP_NUM_THREADS became 2
+    assert blas_threads(BLAS_THREADS="2", OPENBLAS_NUM_THREADS="1") == ["2", "2", "2"]
+    assert blas_threads(BLAS_THREADS="3") == ["3", "3", "3"]
+    # not given (or empty): each library's own variable is kept, the others are 1
+    assert blas_threads(OPENBLAS_NUM_THREADS="4") == ["4", "1", "1"]
+    assert blas_threads(BLAS_THREADS="", MKL_NUM_THREADS="2") == ["1", "1", "2"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [("0", "at least 1, not 0"), ("-1", "at least 1, not -1"), ("abc", "a whole number, got 'abc'")],
+)
+def test_a_bad_blas_threads_is_refused(tmp_path: Path, raw: str, says: str) -> None:
+    # passed through: OpenBLAS read 0 and -1 as "every core"
+    assert (
+        refusal(tmp_path, BLAS_THREADS=raw) == f"attention-service serve: error: BLAS_THREADS must be {says}"
+    )
