@@ -60,12 +60,30 @@ def host(text: str) -> str:
     return text
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A command's parser: ``--bind`` is refused beside ``--host`` or ``--port`` (argparse's groups cannot say
+    "this one or any of those"), where it had silently won over them."""
+
+    def parse_known_args(  # type: ignore[override]  # typeshed's overloads; this passes them through
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        arguments, rest = super().parse_known_args(args, namespace)
+        given = [f"--{name}" for name in ("host", "port") if getattr(arguments, name, None) is not None]
+        if getattr(arguments, "bind", None) and given:
+            self.error(
+                f"argument --bind: not allowed with {' or '.join(given)} (--bind takes HOST:PORT itself)"
+            )
+        return arguments, rest
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog=PROG, description="The attention service: masked attention, softmax and likelihood over HTTP."
     )
     top.add_argument("--version", action="version", version=f"%(prog)s {API_VERSION}")
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = top.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser
+    )
     serve = commands.add_parser(
         "serve",
         help="serve the API with gunicorn",
@@ -85,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
         "--bind",
         action="append",
         metavar="ADDRESS",
-        help="gunicorn bind address instead of --host/--port (HOST:PORT, unix:PATH, fd://N); repeatable",
+        help="gunicorn bind address instead of --host and --port (HOST:PORT, unix:PATH, fd://N); repeatable",
     )
     serve.add_argument("--app", default=DEFAULT_APP, help=f"the WSGI app, module:callable ({DEFAULT_APP})")
     return top

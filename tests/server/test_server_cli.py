@@ -95,8 +95,8 @@ def test_options_override_the_environment_and_gunicorn_cmd_args_reaches_any_othe
     assert settings["limit_request_line"] == 2048
     settings = resolve("serve", GUNICORN_CMD_ARGS="--workers 3", WEB_CONCURRENCY="2")
     assert settings["workers"] == 3
-    settings = resolve("serve", "--port", "9003", "--bind", "unix:/tmp/attention.sock", "--bind", "fd://3")
-    assert settings["bind"] == ["unix:/tmp/attention.sock", "fd://3"]  # --bind replaces --host/--port
+    settings = resolve("serve", "--bind", "unix:/tmp/attention.sock", "--bind", "fd://3", PORT="9003")
+    assert settings["bind"] == ["unix:/tmp/attention.sock", "fd://3"]  # --bind replaces HOST and PORT
 
 
 def test_the_settings_module_sets_blas_threads_before_anything_loads_numpy() -> None:
@@ -126,6 +126,12 @@ def test_the_settings_module_sets_blas_threads_before_anything_loads_numpy() -> 
         (["serve", "--workers", "0"], "must be at least 1"),
         (["serve", "--port", "eighty"], "invalid port value"),
         (["serve", "--host", "a b"], "must be a host name or an IP address"),
+        # --bind had silently won over them
+        (
+            ["serve", "--port", "9003", "--bind", "unix:/tmp/a.sock"],
+            "argument --bind: not allowed with --port",
+        ),
+        (["serve", "--bind", "127.0.0.1:9", "--host", "::1"], "argument --bind: not allowed with --host"),
         ([], "required: COMMAND"),
     ],
 )
