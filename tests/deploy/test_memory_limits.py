@@ -41,6 +41,13 @@ def documented_bases() -> tuple[int, int]:
 
 
 WORKER_BASE_BYTES, MASTER_BASE_BYTES = documented_bases()
+# "Tracing ... adds about 8 MiB to each worker": room each limit must leave per worker over the rule.
+TRACING = re.compile(r"Tracing \(\[Tracing\]\(#tracing\)\) adds about (\d+) MiB to each worker")
+
+
+def tracing_bytes() -> int:
+    (per_worker,) = TRACING.findall(OPERATIONS.read_text(encoding="utf-8"))
+    return int(per_worker) * MIB
 
 
 def required_bytes(workers: int) -> int:
@@ -75,6 +82,8 @@ def test_compose_limits_cover_every_workers_budget(service: str) -> None:
     limit = quantity_bytes(spec["deploy"]["resources"]["limits"]["memory"])
     needed = required_bytes(workers)
     assert needed <= limit < needed + ROUNDING_BYTES, (service, workers, limit / MIB, needed / MIB)
+    # the docs say the limits leave room for tracing: api-replica's 512m was the rule exactly
+    assert limit - needed >= workers * tracing_bytes(), (service, workers, limit / MIB, needed / MIB)
 
 
 def test_kubernetes_limit_covers_every_workers_budget() -> None:
@@ -86,6 +95,7 @@ def test_kubernetes_limit_covers_every_workers_budget() -> None:
     limit = quantity_bytes(container["resources"]["limits"]["memory"])
     needed = required_bytes(workers)
     assert needed <= limit < needed + ROUNDING_BYTES, (workers, limit / MIB, needed / MIB)
+    assert limit - needed >= workers * tracing_bytes(), (workers, limit / MIB, needed / MIB)
 
 
 @pytest.mark.gunicorn
