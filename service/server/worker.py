@@ -687,6 +687,7 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
         self.server_class = self._connection_server
         self.servers: list[StreamServer] = []
         self.tls_context: ssl.SSLContext | None = None  # gunicorn's, when it serves TLS (used by handle())
+        self.quitting = False  # a quick stop has begun (handle_quit)
 
     @property
     def shares_listener(self) -> bool:
@@ -704,6 +705,16 @@ class AdmittingGeventWorker(GeventWorker):  # type: ignore[misc]  # gunicorn has
             server.max_accept = accepts_per_wakeup(0.0)
             self.servers.append(server)  # paced by _pace_accepts()
         return server
+
+    def handle_quit(self, sig: int, frame: Any) -> None:
+        """SIGINT or SIGQUIT: the quick stop, once. Ctrl-C sends SIGINT to every process of the terminal's
+        group, and the master then sends each worker SIGQUIT: gevent's worker began a second stop, whose
+        ``sys.exit(0)`` in a greenlet ran as the interpreter was already exiting and printed a traceback
+        ("SystemExit: 0") for a clean stop."""
+        if self.quitting:
+            return
+        self.quitting = True
+        super().handle_quit(sig, frame)
 
     def load_wsgi(self) -> None:
         super().load_wsgi()

@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -336,3 +337,46 @@ def test_a_bad_blas_threads_is_refused(tmp_path: Path, raw: str, says: str) -> N
     assert (
         refusal(tmp_path, BLAS_THREADS=raw) == f"attention-service serve: error: BLAS_THREADS must be {says}"
     )
+
+
+def test_ctrl_c_stops_the_server_quietly(tmp_path: Path) -> None:
+    """SIGINT to the whole process group, as a terminal's Ctrl-C sends it, with two workers: each also gets
+    the master's SIGQUIT, and gevent's worker began a second stop whose sys.exit(0) printed a traceback."""
+    variables = {"PORT": str(free_port()), "WEB_CONCURRENCY": "2", "TMPDIR": str(tmp_path)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env=environment(**variables),
+        start_new_session=True,
+    )
+    lines: list[str] = []
+    both_serve = threading.Event()
+
+    def read() -> None:
+        assert server.stderr is not None
+        for line in server.stderr:
+            lines.append(line)
+            if sum("Worker serving" in seen for seen in lines) >= 2:
+                both_serve.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert both_serve.wait(60), "".join(lines)
+        os.killpg(server.pid, signal.SIGINT)
+        server.wait(timeout=60)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=30)
+    reader.join(30)
+    assert server.stderr is not None
+    server.stderr.close()
+    stderr = "".join(lines)
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    assert "SystemExit" not in stderr, stderr
+    assert "Shutting down: Master" in stderr
