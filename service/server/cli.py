@@ -138,11 +138,14 @@ def check_app_settings() -> None:
     Called after the gunicorn settings module has applied ``BLAS_THREADS``: the tracing module loads NumPy.
     """
     from service.settings import Settings
-    from service.web.tracing import exporters_from
+    from service.web.tracing import check_propagators, exporters_from, forget_empty_variables
 
     try:
         Settings.from_env()
-        exporters_from(os.environ)
+        if exporters_from(os.environ):
+            # as install_tracing does in each worker, which inherits both the variables and the loaded API
+            forget_empty_variables(os.environ)
+            check_propagators()
     except SettingError:
         raise
     except ValueError as error:  # the tracing variables' own errors, each already one line naming them

@@ -199,6 +199,10 @@ def refusal(tmp_path: Path, *argv: str, **variables: str) -> str:
         ({"MEMORY_BUDGET_BYTES": ""}, "MEMORY_BUDGET_BYTES must be a whole number"),
         ({"COMPUTE_QUEUE_SECONDS": "nan"}, "COMPUTE_QUEUE_SECONDS must be a positive number of seconds"),
         ({"OTEL_TRACES_EXPORTER": "bogus"}, "OTEL_TRACES_EXPORTER names bogus"),
+        (
+            {"OTEL_TRACES_EXPORTER": "console", "OTEL_PROPAGATORS": "tracecontext,bogus"},
+            "OTEL_PROPAGATORS is 'tracecontext,bogus'",
+        ),
         ({"MEMORY_BUDGET_BYTES": "1"}, "MEMORY_BUDGET_BYTES must be at least 4,194,304 (4 MiB)"),
         (
             {"MEMORY_BUDGET_BYTES": str(32 << 20), "MAX_BODY_BYTES": str(32 << 20)},
