@@ -436,6 +436,7 @@ def attention(
         # so is a softcap that does (every capped score lies within ±softcap), which _attend_block gives, and
         # one below the normal range, which its flush of subnormals would otherwise read as a division by 0.
         scale=float_dtype.type(scale),
+        scale_factors=_flush_proof_factors(float_dtype.type(scale), float_dtype),
         softcap=None if softcap is None else _normal_or_zero(softcap, float_dtype),
         offset=offset,
         band=band,
@@ -498,6 +499,9 @@ class AttentionPlan:
     shapes: AttentionShapes
     dtype: FloatDType
     scale: Float  # in the computation's dtype
+    # The scale as factors the flush of subnormals reads as they are: itself, or for a subnormal scale (which
+    # it would read as 0) its normal multiple by 2**64 and then 2**-64, exact powers of two.
+    scale_factors: tuple[Float, ...]
     softcap: Float | None
     offset: int  # the key position of query row 0 (ALiBi's distances)
     band: Band | None  # causal masking and the window, in key coordinates (None: no band)
@@ -712,16 +716,22 @@ def _attend_rows(operands: _Operands, plan: AttentionPlan, batch: tuple[int, ...
 def _soft_capped(scores: FloatArray, softcap: Float) -> None:
     """``scores`` becomes ``softcap · tanh(scores / softcap)``, in place, under the flush of subnormals.
 
-    Where ``|scores / softcap|`` is below the square root of the dtype's epsilon, ``tanh`` is the identity to
-    the last bit, so those scores are left as they are: that is their value, and dividing them could fall
-    below the normal range, where the flush reads 0 (a softcap of 1e308 made every score 0). The others
-    divide into the normal range.
+    A quotient below the normal range (``|scores|`` under ``softcap`` · 2.2e-308: a softcap of 1e308 over
+    ordinary scores) is read as 0 there, where ``tanh`` is the identity and the capped score is the score
+    itself: those scores are left as they are. Computed whole in a second block and copied back, as ``where=``
+    masks on the steps themselves cost twice the time when the cut runs through the scores.
     """
-    threshold = softcap * np.sqrt(np.finfo(scores.dtype).eps)
-    capped = (scores >= threshold) | (scores <= -threshold)  # NaN is neither: it stays, and is blamed
-    np.divide(scores, softcap, out=scores, where=capped)
-    np.tanh(scores, out=scores, where=capped)
-    np.multiply(scores, softcap, out=scores, where=capped)
+    capped = scores / softcap
+    np.tanh(capped, out=capped)
+    capped *= softcap
+    np.copyto(scores, capped, where=capped != 0)  # 0 only from a score of 0 or a flushed quotient
+
+
+def _flush_proof_factors(scale: Float, dtype: FloatDType) -> tuple[Float, ...]:
+    """``scale`` as factors whose product is exact and none of which is subnormal (see AttentionPlan)."""
+    if scale == 0 or abs(float(scale)) >= float(np.finfo(dtype).tiny):
+        return (scale,)
+    return (scale * dtype.type(2.0**64), dtype.type(2.0**-64))
 
 
 def _normal_or_zero(value: float, dtype: FloatDType) -> Float:
@@ -752,7 +762,8 @@ def _attend_block(
         scores = np.matmul(block_query, key_t)
         if scores.shape != block_shape:  # value or mask/bias carry batch dims that q and k lack
             scores = np.broadcast_to(scores, block_shape).copy()
-        scores *= plan.scale
+        for factor in plan.scale_factors:
+            scores *= factor
         if plan.softcap == 0:  # underflowed to 0 in float32: ±0 bounds every score (0 / 0 would be NaN)
             # A NaN stays: it comes from an input beyond the dtype's range (0 · inf), which the check blames.
             np.copyto(scores, 0.0, where=~np.isnan(scores))

@@ -107,6 +107,29 @@ def test_a_softcap_far_above_the_scores_leaves_them_as_they_are(softcap: float) 
     assert ieee_arithmetic_is_back()
 
 
+@pytest.mark.parametrize(
+    ("big", "scale", "dtype"), [(1.3e154, 2e-308, np.float64), (1.8e19, 1.1e-38, np.float32)]
+)
+def test_a_subnormal_scale_multiplies_as_itself(big: float, scale: float, dtype: type) -> None:
+    # The flush reads a subnormal operand as 0: scores of ±big² · scale (±3.38, normal) came back 0, and the
+    # weights [0.5, 0.5]. The scale is applied as its normal multiple by 2**64, then 2**-64.
+    result = attention(
+        [[big]],
+        [[big], [-big]],
+        [[1.0], [0.0]],
+        AttentionOptions(scale=scale),
+        include=frozenset({"scores", "weights"}),
+        dtype=dtype,
+    )
+    score = big * big * scale  # in float64, where it is exact enough
+    assert result.scores is not None
+    assert result.weights is not None
+    np.testing.assert_allclose(result.scores[0], [score, -score], rtol=1e-6)
+    first = 1.0 / (1.0 + np.exp(-2 * score))
+    np.testing.assert_allclose(result.weights[0], [first, 1.0 - first], rtol=1e-5)
+    assert ieee_arithmetic_is_back()
+
+
 def test_one_context_is_entered_once() -> None:
     from service.kernels._common import flush_subnormals
 
