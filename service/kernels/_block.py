@@ -13,7 +13,7 @@ its path (``attention.w_q``, ``feed_forward.w_3``, ``norm_1.weight``); the block
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal, cast, get_args
 
@@ -56,9 +56,6 @@ BLOCK_OUTPUTS: tuple[str, ...] = get_args(BlockOutput)
 _ATTENTION_INPUTS = {"query": "x", "key": "past", "value": "past"}
 _PART_INPUT = {"x": "x"}
 _WEIGHTS: tuple[MultiHeadOutput] = ("weights",)
-# The last projection of each sublayer: a residual sum that overflows through a sublayer's output names it.
-_ATTENTION_OUT = "attention.w_o"
-_FEED_FORWARD_OUT = "feed_forward.w_2"
 
 
 @dataclass(frozen=True)
@@ -173,20 +170,21 @@ def transformer_block(
         attended = _attend(
             normed[..., -n:, :], None if earlier is None else normed, layers, options, heads, float_dtype
         )
+        attention_out = _attention_output(layers, attended.output)
         residual = _residual(
-            array, attended.output, "x + attention", float_dtype, blame=("x", _ATTENTION_OUT)
+            array, attended.output, "x + attention", float_dtype, (_block_input, attention_out)
         )
         normed = _norm(residual, layers.norm_2, "norm_2", float_dtype, of="h = x + attention")
         update = _feed_forward(normed, layers, float_dtype, of="norm_2(h)")
-        # h's size came from the larger of its two addends
-        h_field = _larger(("x", array), (_ATTENTION_OUT, attended.output))
+        h = _larger_addend((_block_input, array), (attention_out, attended.output))
         output = _residual(
-            residual, update, "h + feed_forward", float_dtype, blame=(h_field, _FEED_FORWARD_OUT)
+            residual, update, "h + feed_forward", float_dtype, (h, _feed_forward_output(layers, update))
         )
     else:
         attended = _attend(array, None if earlier is None else sequence, layers, options, heads, float_dtype)
+        attention_out = _attention_output(layers, attended.output)
         residual = _norm(
-            _residual(array, attended.output, "x + attention", float_dtype, blame=("x", _ATTENTION_OUT)),
+            _residual(array, attended.output, "x + attention", float_dtype, (_block_input, attention_out)),
             layers.norm_1,
             "norm_1",
             float_dtype,
@@ -199,7 +197,10 @@ def transformer_block(
                 update,
                 "h + feed_forward",
                 float_dtype,
-                blame=(_norm_output_field(residual, layers.norm_1, "norm_1"), _FEED_FORWARD_OUT),
+                (
+                    _affine_output("norm_1", residual, "weight", "bias", layers.norm_1.bias),
+                    _feed_forward_output(layers, update),
+                ),
             ),
             layers.norm_2,
             "norm_2",
@@ -258,32 +259,54 @@ def _feed_forward(x: FloatArray, layers: TransformerBlockLayers, dtype: FloatDTy
 
 
 def _residual(
-    stream: FloatArray, update: FloatArray, what: str, dtype: FloatDType, *, blame: tuple[str, str]
+    stream: FloatArray, update: FloatArray, what: str, dtype: FloatDType, sources: tuple[Source, Source]
 ) -> FloatArray:
     """``stream + update``, the residual connection. A sum beyond the float range names the field behind
-    the larger addend: ``blame`` is (the stream's, the update's)."""
+    the larger addend at its first entry out of range; ``sources`` say which (the stream's, the update's)."""
     with np.errstate(over="ignore", invalid="ignore"):
         total: FloatArray = stream + update
     if not np.isfinite(total).all():
-        field = _larger((blame[0], stream), (blame[1], update))
+        index = tuple(int(i) for i in np.argwhere(~np.isfinite(total))[0])
+        field = _larger_addend((sources[0], stream), (sources[1], update))(index)
         raise overflow_error(f"the residual sum {what}", dtype, field=field)
     return total
 
 
-def _larger(first: tuple[str, FloatArray], second: tuple[str, FloatArray]) -> str:
-    """The name of the array with the larger magnitude (the first on a tie)."""
-    return first[0] if _magnitude(first[1]) >= _magnitude(second[1]) else second[0]
+# The field behind an entry (by its index) of an array the block computed.
+Source = Callable[[tuple[int, ...]], str]
 
 
-def _magnitude(array: FloatArray) -> float:
-    return float(np.max(np.abs(array), initial=0.0))
+def _block_input(index: tuple[int, ...]) -> str:
+    return "x"
 
 
-def _norm_output_field(normed: FloatArray, options: NormOptions, part: str) -> str:
-    """The field behind the size of a norm's output ``normed`` (``normalized · weight + bias``): its bias
-    when that makes up at least half of it, else its weight."""
-    if options.bias is not None and 2 * _magnitude(np.asarray(options.bias, dtype=np.float64)) >= _magnitude(
-        normed
-    ):
-        return f"{part}.bias"
-    return f"{part}.weight"
+def _larger_addend(first: tuple[Source, FloatArray], second: tuple[Source, FloatArray]) -> Source:
+    """The source of whichever of two addends is larger at an entry (the first on a tie)."""
+
+    def source(index: tuple[int, ...]) -> str:
+        larger = abs(float(first[1][index])) >= abs(float(second[1][index]))
+        return first[0](index) if larger else second[0](index)
+
+    return source
+
+
+def _affine_output(
+    part: str, output: FloatArray, weight_name: str, bias_name: str, bias: ArrayLike | None
+) -> Source:
+    """The source of ``output = … · weight + bias``, ``part``'s fields: the bias when it makes at least half
+    of the entry, else the weight."""
+
+    def source(index: tuple[int, ...]) -> str:
+        if bias is not None and 2 * abs(float(np.asarray(bias)[index[-1]])) >= abs(float(output[index])):
+            return f"{part}.{bias_name}"
+        return f"{part}.{weight_name}"
+
+    return source
+
+
+def _attention_output(layers: TransformerBlockLayers, output: FloatArray) -> Source:
+    return _affine_output("attention", output, "w_o", "b_o", layers.attention.b_o)
+
+
+def _feed_forward_output(layers: TransformerBlockLayers, output: FloatArray) -> Source:
+    return _affine_output("feed_forward", output, "w_2", "b_2", layers.feed_forward.b_2)

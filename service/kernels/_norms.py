@@ -90,8 +90,10 @@ def layer_norm(
     The statistics and the normalized rows are computed in float64 whatever ``dtype`` (as PyTorch
     accumulates half precision in float), then cast: in float32, squares of 1e20 and an ``eps`` of 1e-300
     would leave the range (``0 · inf`` for a constant row). Rows are scaled before they are squared
-    (:func:`divided_by_root_mean_square`), so a row far from 1 is normalized as exactly as another; one whose
-    centred entries leave float64's range raises :class:`NumericalOverflowError` naming ``x``; a result that
+    (:func:`divided_by_root_mean_square`), so a row far from 1 is normalized as exactly as another (entries
+    or differences below the normal range count as 0: the flush of subnormals bounds their CPU time); one
+    whose entries differ by more than float64's range raises :class:`NumericalOverflowError` naming ``x``
+    (the rows are shifted by their first entry before they are centred); a result that
     overflows only through ``weight`` or ``bias`` names that field.
     """
     float_dtype = resolve_float_dtype(dtype)

@@ -303,3 +303,60 @@ def test_a_base_whose_angles_overflow_is_a_422_naming_it() -> None:
     # A base just large enough keeps every angle finite: a 200 with a finite table.
     table = post("/v1/positional-encoding", {**sinusoidal, "base": 1e-300}).get_json()["encoding"]
     assert all(value is not None for row in table for value in row)
+
+
+_ZERO = [[0.0, 0.0], [0.0, 0.0]]
+_ZERO_ATTENTION = {"w_q": _ZERO, "w_k": _ZERO, "w_v": _ZERO, "w_o": _ZERO, "num_heads": 1}
+_RMS = {"norm_1": {"kind": "rms"}, "norm_2": {"kind": "rms"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        # the attention's bias, its w_o all zeros: the sum was blamed on w_o
+        (
+            {"x": [[1e308, 1e308]], "attention": {**_ZERO_ATTENTION, "b_o": [1.6e308] * 2}, **_RMS},
+            "attention.b_o",
+        ),
+        # the feed-forward layer's bias: blamed on w_2
+        (
+            {
+                "x": [[1e308, 1e308]],
+                "feed_forward": {"w_1": _ZERO, "w_2": _ZERO, "b_2": [1.6e308] * 2},
+                **_RMS,
+            },
+            "feed_forward.b_2",
+        ),
+        # feature 1 overflows through w_o (1e308 + 1.2e308) where x is larger at feature 0: blamed on x
+        (
+            {
+                "x": [[1.7e308, 1e308]],
+                "attention": {
+                    "w_q": [[1], [0]],
+                    "w_k": [[1], [0]],
+                    "w_v": [[1], [0]],
+                    "w_o": [[-8e307, 1e308]],
+                },
+                **_RMS,
+            },
+            "attention.w_o",
+        ),
+        # post-norm: h's feature 0 is 1.7e308 through norm_1's weight (its bias is 0 there): blamed on bias
+        (
+            {
+                "x": [[1.0, -1.0]],
+                "feed_forward": {"w_1": _ZERO, "w_2": _ZERO, "b_2": [1e307, 0.0]},
+                "norm_position": "post",
+                "norm_1": {"weight": [1.7e308, 1.0], "bias": [0.0, 1.5e308]},
+            },
+            "norm_1.weight",
+        ),
+    ],
+)
+def test_a_residual_sum_out_of_range_names_the_field_behind_it(body: dict[str, Any], field: str) -> None:
+    full = {"attention": _ZERO_ATTENTION, "feed_forward": {"w_1": _ZERO, "w_2": _ZERO}, **body}
+    full["attention"] = {"num_heads": 1, **full["attention"]}
+    response = create_app({"TESTING": True}).test_client().post("/v1/transformer-block", json=full)
+    problem = assert_problem(response, 422)
+    assert list(problem["errors"]) == [field]
+    assert "residual sum" in problem["errors"][field][0]
