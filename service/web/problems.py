@@ -289,14 +289,14 @@ def _relative_redirects(request: Request, g: RequestGlobals) -> None:
 _UNRESERVED_OR_ESCAPED = r"[A-Za-z0-9._~-]|%[0-9A-Fa-f]{2}"
 _HOST_VALUE = re.compile(
     r"(?:\[(?:(?P<ipv6>[0-9A-Fa-f:.]+)(?:%25(?:" + _UNRESERVED_OR_ESCAPED + r")+)?"  # RFC 6874 zone
-    r"|v[0-9A-Fa-f]+\.[A-Za-z0-9._~!$&'()*+,;=:-]+)\]"  # IPvFuture
+    r"|[vV][0-9A-Fa-f]+\.[A-Za-z0-9._~!$&'()*+,;=:-]+)\]"  # IPvFuture
     r"|(?:[!$&'()*+,;=]|" + _UNRESERVED_OR_ESCAPED + r")*)"
     r"(?::[0-9]*)?"
 )
 
 
 def _valid_host(value: str) -> bool:
-    match = _HOST_VALUE.fullmatch(value)
+    match = _HOST_VALUE.fullmatch(value.strip(" \t"))  # a field value's surrounding whitespace is not its own
     if match is None:
         return False
     literal = match.group("ipv6")
