@@ -42,6 +42,8 @@ def test_a_host_value_that_is_no_host_is_a_400_naming_it(host: str) -> None:
         "[::1]:80",
         "[fe80::1%25eth0]",
         "[v1.x]",
+        "[V1.x]",
+        "localhost:8000 ",
         "ex%41mple",
         "a:",
         "",
