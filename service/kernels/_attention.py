@@ -390,6 +390,12 @@ def attention(
     slopes = None if alibi_slopes is None else as_float_array(alibi_slopes, float_dtype, field="alibi_slopes")
     if slopes is not None and not np.isfinite(slopes).all():
         raise KernelError("alibi_slopes must be finite", field="alibi_slopes")
+    if softcap is not None:
+        # A softcap bounds the products of finite inputs that overflow; an input beyond the dtype's range
+        # (1e39 in float32, inf once cast) would be bounded too, and answered: it is a 422 naming it.
+        for field, array in (("query", q), ("key", k)):
+            if not all_finite(array):
+                raise overflow_error(field, float_dtype, field=field)
     shapes = attention_shapes(
         q.shape,
         k.shape,

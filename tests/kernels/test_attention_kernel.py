@@ -593,3 +593,27 @@ def test_an_underflowed_softcap_keeps_the_nan_of_a_key_beyond_float32() -> None:
             dtype=np.float32,
         )
     assert raised.value.field == "key"
+
+
+@pytest.mark.parametrize("field", ["query", "key"])
+def test_an_input_beyond_float32_is_blamed_under_a_softcap_too(field: str) -> None:
+    # 1e39 is inf once cast to float32: the softcap bounded its scores to 30 and the answer was a 200. A
+    # product of finite inputs that overflows is still bounded (the softcap's purpose).
+    inputs = {"query": [[1.0]], "key": [[1.0], [2.0]]} | {
+        field: [[1e39]] if field == "query" else [[1e39], [2.0]]
+    }
+    with pytest.raises(NumericalOverflowError) as raised:
+        attention(
+            inputs["query"], inputs["key"], [[1.0], [0.0]], AttentionOptions(softcap=30.0), dtype=np.float32
+        )
+    assert raised.value.field == field
+    bounded = attention(
+        [[1e30]],
+        [[1e30], [2.0]],
+        [[1.0], [0.0]],
+        AttentionOptions(softcap=30.0),
+        include={"scores"},
+        dtype=np.float32,
+    )
+    assert bounded.scores is not None
+    assert bounded.scores[0, 0] == np.float32(30.0)
