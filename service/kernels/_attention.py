@@ -727,10 +727,17 @@ def _soft_capped(scores: FloatArray, softcap: Float) -> None:
     itself: those scores are left as they are. Computed whole in a second block and copied back, as ``where=``
     masks on the steps themselves cost twice the time when the cut runs through the scores.
     """
-    capped = scores / softcap
-    np.tanh(capped, out=capped)
-    capped *= softcap
-    np.copyto(scores, capped, where=capped != 0)  # 0 only from a score of 0 or a flushed quotient
+    # In pieces, so that the second block stays small when the scores are held whole (weights asked for).
+    flat = scores.reshape(-1) if scores.flags.c_contiguous else scores
+    for start in range(0, max(flat.shape[0], 1), SOFTCAP_PIECE):
+        piece = flat[start : start + SOFTCAP_PIECE]
+        capped = piece / softcap
+        np.tanh(capped, out=capped)
+        capped *= softcap
+        np.copyto(piece, capped, where=capped != 0)  # 0 only from a score of 0 or a flushed quotient
+
+
+SOFTCAP_PIECE = 1 << 16  # scores capped at a time: 512 KiB of float64 beside them
 
 
 def _flush_proof_factors(scale: Float, dtype: FloatDType) -> tuple[Float, ...]:
