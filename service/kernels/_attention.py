@@ -724,10 +724,10 @@ def _soft_capped(scores: FloatArray, softcap: Float) -> None:
 
     A quotient below the normal range (``|scores|`` under ``softcap`` · 2.2e-308: a softcap of 1e308 over
     ordinary scores) is read as 0 there, where ``tanh`` is the identity and the capped score is the score
-    itself: those scores are left as they are. Computed whole in a second block and copied back, as ``where=``
-    masks on the steps themselves cost twice the time when the cut runs through the scores.
+    itself: those scores are left as they are. Computed in a second array and copied back, as ``where=``
+    masks on the steps themselves cost twice the time when the cut runs through the scores; a piece at a
+    time, so that the second array stays small when the scores are held whole (weights asked for).
     """
-    # In pieces, so that the second block stays small when the scores are held whole (weights asked for).
     flat = scores.reshape(-1) if scores.flags.c_contiguous else scores
     for start in range(0, max(flat.shape[0], 1), SOFTCAP_PIECE):
         piece = flat[start : start + SOFTCAP_PIECE]
