@@ -17,6 +17,7 @@ from service.kernels._common import (
     EXP_UNDERFLOW,
     LARGEST,
     LISTED_EMPTY_ROWS,
+    SMALLEST_NORMAL,
     ArrayT,
     BoolArray,
     DTypeArg,
@@ -742,14 +743,14 @@ SOFTCAP_PIECE = 1 << 16  # scores capped at a time: 512 KiB of float64 beside th
 
 def _flush_proof_factors(scale: Float, dtype: FloatDType) -> tuple[Float, ...]:
     """``scale`` as factors whose product is exact and none of which is subnormal (see AttentionPlan)."""
-    if scale == 0 or abs(float(scale)) >= float(np.finfo(dtype).tiny):
+    if scale == 0 or abs(float(scale)) >= SMALLEST_NORMAL[dtype]:
         return (scale,)
     return (scale * dtype.type(2.0**64), dtype.type(2.0**-64))
 
 
 def _normal_or_zero(value: float, dtype: FloatDType) -> Float:
     """``value`` in ``dtype``, or 0 when it is below the dtype's normal range (the flush of subnormals)."""
-    return dtype.type(value) if abs(value) >= np.finfo(dtype).tiny else dtype.type(0)
+    return dtype.type(value) if abs(value) >= SMALLEST_NORMAL[dtype] else dtype.type(0)
 
 
 def _attend_block(
